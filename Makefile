@@ -1,0 +1,70 @@
+# iotrace: `make` sets up everything on a fresh Debian/Ubuntu machine and builds;
+# `make test` also runs the tests; `make demo` traces the bundled example.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BUILD := build
+CLANG ?= clang
+BPFTOOL ?= bpftool
+ARCH := $(shell uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
+APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config gcc make \
+	fio strace bpftrace python3-venv
+PYTEST_ARGS ?=
+
+RECORDER := $(BUILD)/iotrace-recorder
+PKG_BIN := userspace/iotrace/bin/iotrace-recorder
+
+.PHONY: all deps venv build test demo bench clean
+
+all: deps build venv
+
+# Install the system packages that are missing (needs root, as tracing does).
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root to install:$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed $(PKG_BIN)
+
+build: $(RECORDER) $(PKG_BIN)
+
+$(BUILD)/vmlinux.h:
+	@mkdir -p $(BUILD)
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
+
+$(BUILD)/iotrace.bpf.o: bpf/iotrace.bpf.c bpf/iotrace.h $(BUILD)/vmlinux.h
+	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
+
+$(BUILD)/iotrace.skel.h: $(BUILD)/iotrace.bpf.o
+	$(BPFTOOL) gen skeleton $< name iotrace_bpf > $@
+
+$(RECORDER): userspace/recorder/recorder.c userspace/recorder/syscall_table.h bpf/iotrace.h $(BUILD)/iotrace.skel.h
+	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $< -lbpf -lelf -lz -o $@
+
+$(PKG_BIN): $(RECORDER)
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+test: all
+	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
+	$(PY) -m pytest -ra $(PYTEST_ARGS) tests
+
+demo: all
+	$(PY) examples/demo.py
+
+bench: all
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf $(BUILD) $(PKG_BIN) $(VENV) *.egg-info

@@ -1,0 +1,772 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * iotrace kernel side: one record per I/O-relevant system call, lock wait and
+ * process/thread life event of the traced process tree.
+ *
+ * - Syscalls come from the raw tracepoints sys_enter/sys_exit (tp_btf, with a
+ *   raw_tp fallback chosen by the loader): one program for all syscalls, an
+ *   early filter on the syscall number (a read-only table the loader fills, so
+ *   untraced syscalls cost one array load) and on the traced-tgid map.
+ * - Entry state (timestamp, arguments, file position) lives in task storage;
+ *   the exit builds the record.
+ * - Children are followed in kernel from sched_process_fork.
+ * - The ring buffer is written without a wake-up per record; the recorder
+ *   polls with a short timeout and a wake-up is forced when much is pending.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "iotrace.h"
+
+#ifndef __TARGET_ARCH_x86
+#error "iotrace currently reads syscall arguments the x86_64 way"
+#endif
+
+#define AT_FDCWD_ -100
+#define MAP_ANONYMOUS_ 0x20
+#define F_DUPFD_ 0
+#define F_DUPFD_CLOEXEC_ 1030
+#define FUTEX_CMD_MASK_ 0x7f
+#define S_IFMT_ 0170000
+#define SIGNAL_GROUP_EXIT_ 0x00000004
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader before load (rodata: the verifier prunes on them). */
+const volatile __u8 sys_op[IOT_MAX_SYSCALLS] = {};
+const volatile __u64 wakeup_bytes = 1 << 20;
+
+/* Traced tgids. Value unused (1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 20); /* resized by the loader */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IOT_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* Per-thread state between entry and exit of a call, and of a lock wait. */
+struct inflight {
+	__u64 ts;
+	__u64 a[6];
+	__s64 pos;
+	__u64 ino;
+	__u32 dev;
+	__u32 magic;
+	__u16 imode;
+	__u16 op;
+	__u16 eflags;
+	__u16 pad16;
+	__u64 lock_ts;
+	__u64 lock_addr;
+	__u32 lock_flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+/* Scratch space for records that carry a payload (paths, argv, names). */
+struct big_event {
+	struct iot_event ev;
+	char s[2 * IOT_PATH_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct big_event);
+} scratch SEC(".maps");
+
+/* Live traced processes; the recorder stops when the job and this reach 0. */
+__s64 live_procs = 0;
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline bool is_traced(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+static __always_inline __u64 rb_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline struct file *fd_file(struct task_struct *task, int fd)
+{
+	/* task is trusted (tp_btf): walk it with direct loads. */
+	struct files_struct *files = task->files;
+	struct fdtable *fdt;
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!files)
+		return NULL;
+	fdt = files->fdt;
+	if (!fdt || fd < 0 || (unsigned int)fd >= fdt->max_fds)
+		return NULL;
+	fds = fdt->fd;
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+/* Fills the file identity of fd (and its position when want_pos). */
+static __always_inline void fd_identity(struct task_struct *task, int fd,
+					struct inflight *st, bool want_pos)
+{
+	struct file *f = fd_file(task, fd);
+	struct inode *inode;
+	struct super_block *sb;
+
+	if (!f) {
+		st->eflags |= IOT_EF_NO_FILE;
+		return;
+	}
+	inode = BPF_CORE_READ(f, f_inode);
+	sb = BPF_CORE_READ(inode, i_sb);
+	st->ino = BPF_CORE_READ(inode, i_ino);
+	st->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
+	st->dev = BPF_CORE_READ(sb, s_dev);
+	st->magic = BPF_CORE_READ(sb, s_magic);
+	if (want_pos)
+		st->pos = BPF_CORE_READ(f, f_pos);
+}
+
+/* ---- syscall entry ---------------------------------------------------- */
+
+static __always_inline int on_enter(struct pt_regs *regs, long id)
+{
+	struct task_struct *task;
+	struct inflight *st;
+	__u32 tgid;
+	__u16 op;
+	__u64 a[6];
+
+	if (id < 0 || id >= IOT_MAX_SYSCALLS)
+		return 0;
+	op = sys_op[id];
+	if (!op)
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_traced(tgid))
+		return 0;
+
+	/* tp_btf: regs is a trusted pointer, read directly (no helper call). */
+	a[0] = regs->di;
+	a[1] = regs->si;
+	a[2] = regs->dx;
+	a[3] = regs->r10;
+	a[4] = regs->r8;
+	a[5] = regs->r9;
+
+	/* Only waits are lock waits; only the dup flavours of fcntl alias fds. */
+	if (op == IOT_FUTEX) {
+		__u32 cmd = a[1] & FUTEX_CMD_MASK_;
+		if (cmd != 0 && cmd != 6 && cmd != 9 && cmd != 11 && cmd != 13)
+			return 0;
+	} else if (op == IOT_FCNTL) {
+		if (a[1] != F_DUPFD_ && a[1] != F_DUPFD_CLOEXEC_)
+			return 0;
+	} else if (op == IOT_MMAP) {
+		if ((a[3] & MAP_ANONYMOUS_) || (__s32)a[4] < 0)
+			return 0;
+	}
+
+	task = bpf_get_current_task_btf();
+	st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(IOT_CNT_NO_STORAGE);
+		return 0;
+	}
+	st->op = op;
+	st->eflags = 0;
+	st->pos = -1;
+	st->ino = 0;
+	st->dev = 0;
+	st->magic = 0;
+	st->imode = 0;
+	st->a[0] = a[0];
+	st->a[1] = a[1];
+	st->a[2] = a[2];
+	st->a[3] = a[3];
+	st->a[4] = a[4];
+	st->a[5] = a[5];
+
+	switch (op) {
+	case IOT_READ: case IOT_WRITE: case IOT_READV: case IOT_WRITEV:
+	case IOT_LSEEK: case IOT_PREADV2: case IOT_PWRITEV2:
+		fd_identity(task, a[0], st, true);
+		break;
+	case IOT_PREAD64: case IOT_PWRITE64: case IOT_PREADV: case IOT_PWRITEV:
+	case IOT_FSYNC: case IOT_FDATASYNC: case IOT_SYNC_FILE_RANGE:
+	case IOT_CLOSE: case IOT_DUP: case IOT_DUP2: case IOT_DUP3: case IOT_FCNTL:
+	case IOT_FCHDIR: case IOT_FSTAT: case IOT_GETDENTS64:
+		fd_identity(task, a[0], st, false);
+		break;
+	case IOT_MMAP:
+		fd_identity(task, a[4], st, false);
+		break;
+	case IOT_COPY_FILE_RANGE:
+		fd_identity(task, a[0], st, true);
+		if (a[1])
+			bpf_probe_read_user(&st->pos, sizeof(st->pos), (void *)a[1]);
+		break;
+	case IOT_SENDFILE:
+		fd_identity(task, a[1], st, true);
+		if (a[2])
+			bpf_probe_read_user(&st->pos, sizeof(st->pos), (void *)a[2]);
+		break;
+	case IOT_FADVISE64: case IOT_FALLOCATE: case IOT_FTRUNCATE:
+		fd_identity(task, a[0], st, false);
+		break;
+	}
+	st->ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* ---- syscall exit ----------------------------------------------------- */
+
+/* Sum of iov_len over a user iovec array (bounded; flags when cut). */
+static __always_inline __u64 iov_bytes(__u64 uiov, __u64 cnt, __u16 *eflags)
+{
+	__u64 total = 0;
+	struct iovec iov;
+
+	if (cnt > IOT_IOV_MAX) {
+		*eflags |= IOT_EF_IOV_TRUNC;
+		cnt = IOT_IOV_MAX;
+	}
+	for (int i = 0; i < IOT_IOV_MAX; i++) {
+		if (i >= cnt)
+			break;
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(uiov + i * sizeof(iov))))
+			break;
+		total += iov.iov_len;
+	}
+	return total;
+}
+
+/* Which argument holds the path (and second path) of a path-taking call. */
+static __always_inline int path_args(__u16 op, int *second)
+{
+	*second = -1;
+	switch (op) {
+	case IOT_OPEN: case IOT_CREAT: case IOT_CHDIR: case IOT_STAT: case IOT_LSTAT:
+	case IOT_UNLINK: case IOT_MKDIR: case IOT_RMDIR:
+		return 0;
+	case IOT_OPENAT: case IOT_OPENAT2: case IOT_NEWFSTATAT: case IOT_STATX:
+	case IOT_UNLINKAT: case IOT_MKDIRAT:
+		return 1;
+	case IOT_RENAME:
+		*second = 1;
+		return 0;
+	case IOT_RENAMEAT: case IOT_RENAMEAT2:
+		*second = 3;
+		return 1;
+	}
+	return -1;
+}
+
+static __always_inline void fill_common(struct iot_event *e, struct inflight *st,
+					__u64 now, __u64 pid_tgid, long ret)
+{
+	__u64 *a = st->a;
+	__u16 op = st->op;
+
+	e->ts_ns = st->ts;
+	e->dur_ns = now - st->ts;
+	e->ret = ret;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->op = op;
+	e->offset = -1;
+	e->req_bytes = 0;
+	e->arg = 0;
+	e->fd = -1;
+	e->dirfd = -1;
+	e->flags = 0;
+	e->mode = 0;
+	e->ino = st->ino;
+	e->dev = st->dev;
+	e->fs_magic = st->magic;
+	e->imode = st->imode;
+	e->eflags = st->eflags;
+	e->str_len = 0;
+
+	switch (op) {
+	case IOT_READ: case IOT_WRITE:
+		e->fd = a[0];
+		e->req_bytes = a[2];
+		e->offset = st->pos;
+		break;
+	case IOT_READV: case IOT_WRITEV:
+		e->fd = a[0];
+		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
+		e->offset = st->pos;
+		break;
+	case IOT_PREAD64: case IOT_PWRITE64:
+		e->fd = a[0];
+		e->req_bytes = a[2];
+		e->offset = a[3];
+		break;
+	case IOT_PREADV: case IOT_PWRITEV:
+		e->fd = a[0];
+		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
+		e->offset = a[3];
+		break;
+	case IOT_PREADV2: case IOT_PWRITEV2:
+		e->fd = a[0];
+		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
+		e->offset = (__s64)a[3] == -1 ? st->pos : (__s64)a[3];
+		e->flags = a[5];
+		break;
+	case IOT_LSEEK:
+		e->fd = a[0];
+		e->offset = st->pos;
+		e->arg = a[1];
+		e->flags = a[2];
+		break;
+	case IOT_FSYNC: case IOT_FDATASYNC: case IOT_CLOSE: case IOT_DUP:
+	case IOT_FCHDIR: case IOT_FSTAT:
+		e->fd = a[0];
+		break;
+	case IOT_SYNC_FILE_RANGE:
+		e->fd = a[0];
+		e->offset = a[1];
+		e->req_bytes = a[2];
+		e->flags = a[3];
+		break;
+	case IOT_CLOSE_RANGE:
+		e->fd = a[0];
+		e->arg = a[1];
+		e->flags = a[2];
+		break;
+	case IOT_DUP2: case IOT_DUP3:
+		e->fd = a[0];
+		e->arg = a[1];
+		e->flags = a[2];
+		break;
+	case IOT_FCNTL:
+		e->fd = a[0];
+		e->arg = a[2];
+		e->flags = a[1];
+		break;
+	case IOT_GETDENTS64:
+		e->fd = a[0];
+		e->req_bytes = a[2];
+		break;
+	case IOT_MMAP:
+		e->fd = a[4];
+		e->offset = a[5];
+		e->req_bytes = a[1];
+		e->mode = a[2];
+		e->flags = a[3];
+		e->arg = a[0];
+		break;
+	case IOT_MUNMAP:
+		e->arg = a[0];
+		e->req_bytes = a[1];
+		break;
+	case IOT_COPY_FILE_RANGE:
+		e->fd = a[0];
+		e->offset = st->pos;
+		e->arg = a[2];
+		e->req_bytes = a[4];
+		e->flags = a[5];
+		break;
+	case IOT_SENDFILE:
+		e->fd = a[1];
+		e->offset = st->pos;
+		e->arg = a[0];
+		e->req_bytes = a[3];
+		break;
+	case IOT_FADVISE64:
+		e->fd = a[0];
+		e->offset = a[1];
+		e->req_bytes = a[2];
+		e->flags = a[3];
+		break;
+	case IOT_FALLOCATE:
+		e->fd = a[0];
+		e->flags = a[1];
+		e->offset = a[2];
+		e->req_bytes = a[3];
+		break;
+	case IOT_FTRUNCATE:
+		e->fd = a[0];
+		e->arg = a[1];
+		break;
+	case IOT_FUTEX:
+		e->arg = a[0];
+		e->flags = a[1];
+		break;
+	/* path calls */
+	case IOT_OPEN:
+		e->dirfd = AT_FDCWD_;
+		e->flags = a[1];
+		e->mode = a[2];
+		break;
+	case IOT_CREAT:
+		e->dirfd = AT_FDCWD_;
+		e->flags = 01 | 0100 | 01000; /* O_WRONLY|O_CREAT|O_TRUNC */
+		e->mode = a[1];
+		break;
+	case IOT_OPENAT:
+		e->dirfd = a[0];
+		e->flags = a[2];
+		e->mode = a[3];
+		break;
+	case IOT_OPENAT2: {
+		struct open_how how = {};
+		bpf_probe_read_user(&how, sizeof(how), (void *)a[2]);
+		e->dirfd = a[0];
+		e->flags = how.flags;
+		e->mode = how.mode;
+		break;
+	}
+	case IOT_CHDIR: case IOT_STAT: case IOT_LSTAT: case IOT_UNLINK: case IOT_RMDIR:
+	case IOT_RENAME:
+		e->dirfd = AT_FDCWD_;
+		break;
+	case IOT_MKDIR:
+		e->dirfd = AT_FDCWD_;
+		e->mode = a[1];
+		break;
+	case IOT_NEWFSTATAT:
+		e->dirfd = a[0];
+		e->flags = a[3];
+		break;
+	case IOT_STATX: case IOT_UNLINKAT:
+		e->dirfd = a[0];
+		e->flags = a[2];
+		break;
+	case IOT_MKDIRAT:
+		e->dirfd = a[0];
+		e->mode = a[2];
+		break;
+	case IOT_RENAMEAT: case IOT_RENAMEAT2:
+		e->dirfd = a[0];
+		e->arg = a[2]; /* new dirfd */
+		e->flags = op == IOT_RENAMEAT2 ? a[4] : 0;
+		break;
+	}
+}
+
+static __always_inline int emit_plain(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+{
+	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count(IOT_CNT_DROPS);
+		return 0;
+	}
+	fill_common(e, st, now, pid_tgid, ret);
+	bpf_ringbuf_submit(e, rb_flags());
+	return 0;
+}
+
+static __always_inline int emit_with_paths(struct task_struct *task, struct inflight *st,
+					   __u64 now, __u64 pid_tgid, long ret, int p1, int p2)
+{
+	__u32 zero = 0;
+	struct big_event *b = bpf_map_lookup_elem(&scratch, &zero);
+	long n1, n2 = 0;
+	__u32 off, total;
+
+	if (!b)
+		return 0;
+	fill_common(&b->ev, st, now, pid_tgid, ret);
+
+	/* A successful open: identity of the new fd's file. */
+	if ((st->op == IOT_OPEN || st->op == IOT_OPENAT || st->op == IOT_OPENAT2 ||
+	     st->op == IOT_CREAT) && ret >= 0) {
+		struct inflight tmp = {};
+		fd_identity(task, ret, &tmp, false);
+		b->ev.ino = tmp.ino;
+		b->ev.dev = tmp.dev;
+		b->ev.fs_magic = tmp.magic;
+		b->ev.imode = tmp.imode;
+		b->ev.fd = ret;
+	}
+
+	n1 = bpf_probe_read_user_str(b->s, IOT_PATH_MAX - 1, (void *)st->a[p1 & 7]);
+	if (n1 <= 0) {
+		b->s[0] = 0;
+		n1 = 1;
+	} else if (n1 >= IOT_PATH_MAX - 1) {
+		b->ev.eflags |= IOT_EF_PATH_TRUNC;
+		count(IOT_CNT_PATH_TRUNC);
+	}
+	off = n1 & (IOT_PATH_MAX - 1);
+	total = off;
+	if (p2 >= 0) {
+		n2 = bpf_probe_read_user_str(&b->s[off], IOT_PATH_MAX, (void *)st->a[p2 & 7]);
+		if (n2 <= 0) {
+			b->s[off] = 0;
+			n2 = 1;
+		} else if (n2 >= IOT_PATH_MAX) {
+			b->ev.eflags |= IOT_EF_PATH_TRUNC;
+			count(IOT_CNT_PATH_TRUNC);
+		}
+		total = off + (n2 & (IOT_PATH_MAX - 1));
+		if (n2 >= IOT_PATH_MAX)
+			total = off + IOT_PATH_MAX;
+	}
+	total &= 2 * IOT_PATH_MAX - 1;
+	b->ev.str_len = total;
+	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + total, rb_flags()))
+		count(IOT_CNT_DROPS);
+	return 0;
+}
+
+static __always_inline int on_exit(struct pt_regs *regs, long ret)
+{
+	struct task_struct *task;
+	struct inflight *st;
+	__u64 pid_tgid, now;
+	long id;
+	int p1, p2;
+
+	id = regs->orig_ax;
+	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
+		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	task = bpf_get_current_task_btf();
+	st = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (!st || !st->op || st->op != sys_op[id])
+		return 0;
+	now = bpf_ktime_get_ns();
+
+	p1 = path_args(st->op, &p2);
+	if (p1 >= 0)
+		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
+	else
+		emit_plain(st, now, pid_tgid, ret);
+	st->op = 0;
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(iot_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_enter(regs, id);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(iot_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_exit(regs, ret);
+}
+
+/* ---- lock contention --------------------------------------------------- */
+
+SEC("tp_btf/contention_begin")
+int BPF_PROG(iot_lock_begin, void *lock, unsigned int flags)
+{
+	struct inflight *st;
+
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(IOT_CNT_NO_STORAGE);
+		return 0;
+	}
+	/* A mutex may spin, then sleep: the first begin opens the wait. */
+	if (!st->lock_ts) {
+		st->lock_ts = bpf_ktime_get_ns();
+		st->lock_addr = (__u64)lock;
+		st->lock_flags = flags;
+	}
+	return 0;
+}
+
+SEC("tp_btf/contention_end")
+int BPF_PROG(iot_lock_end, void *lock, int ret)
+{
+	struct inflight *st;
+	struct iot_event *e;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (!st || !st->lock_ts)
+		return 0;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(IOT_CNT_DROPS);
+		st->lock_ts = 0;
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = st->lock_ts;
+	e->dur_ns = bpf_ktime_get_ns() - st->lock_ts;
+	e->ret = ret;
+	e->offset = -1;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->fd = -1;
+	e->dirfd = -1;
+	e->arg = st->lock_addr;
+	e->flags = st->lock_flags;
+	e->op = IOT_LOCK_CONTENTION;
+	st->lock_ts = 0;
+	bpf_ringbuf_submit(e, rb_flags());
+	return 0;
+}
+
+/* ---- process and thread life ------------------------------------------ */
+
+static __always_inline struct big_event *life_event(__u16 op, __u32 pid, __u32 tid, __s64 ret)
+{
+	__u32 zero = 0;
+	struct big_event *b = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!b)
+		return NULL;
+	__builtin_memset(&b->ev, 0, sizeof(b->ev));
+	b->ev.ts_ns = bpf_ktime_get_ns();
+	b->ev.op = op;
+	b->ev.pid = pid;
+	b->ev.tid = tid;
+	b->ev.ret = ret;
+	b->ev.offset = -1;
+	b->ev.fd = -1;
+	b->ev.dirfd = -1;
+	return b;
+}
+
+static __always_inline void life_emit(struct big_event *b, __u32 len)
+{
+	len &= 2 * IOT_PATH_MAX - 1;
+	b->ev.str_len = len;
+	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + len, BPF_RB_FORCE_WAKEUP))
+		count(IOT_CNT_DROPS);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(iot_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	struct big_event *b;
+	__u8 one = 1;
+
+	if (!is_traced(ptgid))
+		return 0;
+	if (ctgid != ptgid) {
+		if (bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY)) {
+			count(IOT_CNT_TRACED_FULL);
+			return 0;
+		}
+		__sync_fetch_and_add(&live_procs, 1);
+		b = life_event(IOT_PROC_FORK, ptgid, parent->pid, ctgid);
+	} else {
+		b = life_event(IOT_THREAD_NEW, ptgid, parent->pid, child->pid);
+	}
+	if (!b)
+		return 0;
+	b->ev.arg = child->pid;
+	bpf_probe_read_kernel_str(b->s, 16, child->comm);
+	life_emit(b, 16);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(iot_exec, struct task_struct *p, pid_t old_pid)
+{
+	__u32 tgid = p->tgid;
+	struct big_event *b;
+	unsigned long start, end;
+	__u32 len;
+
+	if (!is_traced(tgid))
+		return 0;
+	b = life_event(IOT_PROC_EXEC, tgid, p->pid, 0);
+	if (!b)
+		return 0;
+	b->ev.arg = old_pid;
+	start = BPF_CORE_READ(p, mm, arg_start);
+	end = BPF_CORE_READ(p, mm, arg_end);
+	len = end - start;
+	if (len >= IOT_CMDLINE_MAX) {
+		len = IOT_CMDLINE_MAX - 1;
+		b->ev.eflags |= IOT_EF_PATH_TRUNC;
+		count(IOT_CNT_PATH_TRUNC);
+	}
+	len &= IOT_CMDLINE_MAX - 1;
+	if (bpf_probe_read_user(b->s, len, (void *)start))
+		len = 0;
+	life_emit(b, len);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(iot_exit, struct task_struct *p)
+{
+	__u32 tgid = p->tgid;
+	struct big_event *b;
+	int code;
+	bool group_dead;
+
+	if (!is_traced(tgid))
+		return 0;
+	code = BPF_CORE_READ(p, exit_code);
+	group_dead = BPF_CORE_READ(p, signal, live.counter) == 0;
+	if (group_dead) {
+		if (BPF_CORE_READ(p, signal, flags) & SIGNAL_GROUP_EXIT_)
+			code = BPF_CORE_READ(p, signal, group_exit_code);
+	}
+	b = life_event(group_dead ? IOT_PROC_EXIT : IOT_THREAD_EXIT, tgid, p->pid, code);
+	if (!b)
+		return 0;
+	life_emit(b, 0);
+	if (group_dead) {
+		bpf_map_delete_elem(&traced, &tgid);
+		__sync_fetch_and_add(&live_procs, -1);
+	}
+	return 0;
+}
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(iot_rename, struct task_struct *task, const char *comm)
+{
+	__u32 tgid = task->tgid;
+	struct big_event *b;
+
+	if (!is_traced(tgid))
+		return 0;
+	b = life_event(IOT_TASK_RENAME, tgid, task->pid, 0);
+	if (!b)
+		return 0;
+	bpf_probe_read_kernel_str(b->s, 16, comm);
+	life_emit(b, 16);
+	return 0;
+}

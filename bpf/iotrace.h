@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * iotrace record ABI: shared by bpf/iotrace.bpf.c (writer) and the recorder
+ * (userspace/recorder/recorder.c), and mirrored by the numpy dtype in
+ * userspace/iotrace/abi.py. Change all three together and bump IOT_ABI_VERSION.
+ */
+#ifndef IOTRACE_H
+#define IOTRACE_H
+
+#define IOT_ABI_VERSION 1
+
+#define IOT_MAX_SYSCALLS 512   /* size of the syscall-number -> op table */
+#define IOT_PATH_MAX 4096      /* one path (bytes, with NUL) */
+#define IOT_CMDLINE_MAX 4096   /* argv of an exec, NUL-separated */
+#define IOT_IOV_MAX 64         /* iovecs summed for readv/writev; more are flagged */
+
+/* Operations. The order is part of the ABI; Python names them (abi.py). */
+enum iot_op {
+	IOT_OP_NONE = 0,
+	/* reads */
+	IOT_READ, IOT_PREAD64, IOT_READV, IOT_PREADV, IOT_PREADV2,
+	/* writes */
+	IOT_WRITE, IOT_PWRITE64, IOT_WRITEV, IOT_PWRITEV, IOT_PWRITEV2,
+	/* position and sync */
+	IOT_LSEEK, IOT_FSYNC, IOT_FDATASYNC, IOT_SYNC_FILE_RANGE,
+	/* open / close / fd aliases */
+	IOT_OPEN, IOT_OPENAT, IOT_OPENAT2, IOT_CREAT, IOT_CLOSE, IOT_CLOSE_RANGE,
+	IOT_DUP, IOT_DUP2, IOT_DUP3, IOT_FCNTL,
+	/* working directory */
+	IOT_CHDIR, IOT_FCHDIR,
+	/* metadata */
+	IOT_STAT, IOT_LSTAT, IOT_FSTAT, IOT_NEWFSTATAT, IOT_STATX, IOT_GETDENTS64,
+	IOT_UNLINK, IOT_UNLINKAT, IOT_RENAME, IOT_RENAMEAT, IOT_RENAMEAT2,
+	IOT_MKDIR, IOT_MKDIRAT, IOT_RMDIR,
+	/* memory maps */
+	IOT_MMAP, IOT_MUNMAP,
+	/* in-kernel copies (read one fd, write another) and space/advice calls */
+	IOT_SENDFILE, IOT_COPY_FILE_RANGE, IOT_FADVISE64, IOT_FALLOCATE, IOT_FTRUNCATE,
+	/* lock waits */
+	IOT_FUTEX, IOT_LOCK_CONTENTION,
+	/* process and thread life (not system calls) */
+	IOT_PROC_FORK,    /* new process: pid=parent tgid, tid=parent tid, ret=child tgid */
+	IOT_THREAD_NEW,   /* new thread: pid=tgid, tid=creator, ret=new tid */
+	IOT_PROC_EXEC,    /* exec: payload = argv, NUL-separated */
+	IOT_THREAD_EXIT,  /* a thread ended: ret = its exit_code (wait status) */
+	IOT_PROC_EXIT,    /* the last thread of a process ended: ret = wait status */
+	IOT_TASK_RENAME,  /* thread name set: payload = new name */
+	IOT_OP_COUNT
+};
+
+/* Flags in iot_event.eflags */
+#define IOT_EF_PATH_TRUNC  1  /* a path or cmdline payload was cut at its cap */
+#define IOT_EF_IOV_TRUNC   2  /* more than IOT_IOV_MAX iovecs: req_bytes is a lower bound */
+#define IOT_EF_NO_FILE     4  /* the fd did not resolve to an open file at entry */
+
+/*
+ * One record per call or event, 96 bytes. A payload (paths, argv, name) of
+ * str_len bytes follows the record in the ring buffer; it holds one or two
+ * NUL-terminated strings (rename: old path, then new path).
+ */
+struct iot_event {
+	__u64 ts_ns;      /* entry, CLOCK_MONOTONIC */
+	__u64 dur_ns;     /* entry to exit */
+	__s64 ret;        /* result: bytes, new fd, new offset, or -errno */
+	__s64 offset;     /* file offset the I/O started at, -1 if none */
+	__u64 req_bytes;  /* bytes asked for (read/write family, sync range, mmap len) */
+	__u64 arg;        /* op-specific: lseek requested offset, futex/lock address,
+			     mmap/munmap address, dup target fd, close_range last fd,
+			     output fd of sendfile/copy_file_range, ftruncate length */
+	__u64 ino;        /* inode of the fd's file (0 if none) */
+	__u32 dev;        /* kernel dev_t of the file's superblock */
+	__u32 fs_magic;   /* superblock magic of the file's filesystem */
+	__s32 pid;        /* tgid */
+	__s32 tid;
+	__s32 fd;         /* fd the call acted on, -1 if none */
+	__s32 dirfd;      /* dirfd of *at calls (AT_FDCWD = -100), else -1 */
+	__u32 flags;      /* open flags, lseek whence, futex op, mmap flags, lock flags */
+	__u32 mode;       /* open/mkdir mode, mmap prot */
+	__u16 op;         /* enum iot_op */
+	__u16 imode;      /* S_IFMT bits of the file's inode (0 if none) */
+	__u16 str_len;    /* payload bytes following this record */
+	__u16 eflags;     /* IOT_EF_* */
+};
+
+/* Counters the BPF side keeps per CPU (index into the counters map). */
+enum iot_counter {
+	IOT_CNT_EVENTS = 0,     /* records written */
+	IOT_CNT_DROPS,          /* records lost: ring buffer full */
+	IOT_CNT_PATH_TRUNC,     /* payloads cut at their cap */
+	IOT_CNT_NO_STORAGE,     /* entry state could not be stored (task storage full) */
+	IOT_CNT_TRACED_FULL,    /* new process not followed: traced map full */
+	IOT_CNT_MAX
+};
+
+#endif /* IOTRACE_H */

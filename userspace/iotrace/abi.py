@@ -1,0 +1,136 @@
+"""The recorder's record ABI (bpf/iotrace.h), as numpy sees it.
+
+Keep in step with `struct iot_event` and `enum iot_op`; the recorder asserts
+the record size, and tests/test_abi.py checks this file against the header.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+ABI_VERSION = 1
+
+EVENT_DTYPE = np.dtype(
+    [
+        ("ts_ns", "<u8"),
+        ("dur_ns", "<u8"),
+        ("ret", "<i8"),
+        ("offset", "<i8"),
+        ("req_bytes", "<u8"),
+        ("arg", "<u8"),
+        ("ino", "<u8"),
+        ("dev", "<u4"),
+        ("fs_magic", "<u4"),
+        ("pid", "<i4"),
+        ("tid", "<i4"),
+        ("fd", "<i4"),
+        ("dirfd", "<i4"),
+        ("flags", "<u4"),
+        ("mode", "<u4"),
+        ("op", "<u2"),
+        ("imode", "<u2"),
+        ("str_len", "<u2"),
+        ("eflags", "<u2"),
+    ]
+)
+assert EVENT_DTYPE.itemsize == 96
+
+# enum iot_op, in order; the name is the syscall's kernel name, or the
+# event's name for events that are not system calls.
+OP_NAMES = [
+    "none",
+    "read", "pread64", "readv", "preadv", "preadv2",
+    "write", "pwrite64", "writev", "pwritev", "pwritev2",
+    "lseek", "fsync", "fdatasync", "sync_file_range",
+    "open", "openat", "openat2", "creat", "close", "close_range",
+    "dup", "dup2", "dup3", "fcntl",
+    "chdir", "fchdir",
+    "stat", "lstat", "fstat", "newfstatat", "statx", "getdents64",
+    "unlink", "unlinkat", "rename", "renameat", "renameat2",
+    "mkdir", "mkdirat", "rmdir",
+    "mmap", "munmap",
+    "sendfile", "copy_file_range", "fadvise64", "fallocate", "ftruncate",
+    "futex", "lock_contention",
+    "proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename",
+]
+OP = {name: i for i, name in enumerate(OP_NAMES)}
+
+READ_OPS = ("read", "pread64", "readv", "preadv", "preadv2")
+WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+OPEN_OPS = ("open", "openat", "openat2", "creat")
+SYNC_OPS = ("fsync", "fdatasync", "sync_file_range")
+META_OPS = ("stat", "lstat", "fstat", "newfstatat", "statx", "getdents64",
+            "unlink", "unlinkat", "rename", "renameat", "renameat2",
+            "mkdir", "mkdirat", "rmdir")
+LIFE_OPS = ("proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename")
+
+# iot_event.eflags
+EF_PATH_TRUNC = 1
+EF_IOV_TRUNC = 2
+EF_NO_FILE = 4
+
+AT_FDCWD = -100
+
+# S_IFMT values of iot_event.imode, and superblock magics that name fd kinds.
+S_IFMT = 0o170000
+S_IFREG, S_IFDIR, S_IFCHR, S_IFBLK = 0o100000, 0o040000, 0o020000, 0o060000
+S_IFIFO, S_IFSOCK, S_IFLNK = 0o010000, 0o140000, 0o120000
+ANON_INODE_FS_MAGIC = 0x09041934
+
+# Superblock magic -> filesystem type (linux/magic.h).
+FS_MAGIC = {
+    0xEF53: "ext4",
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+    0x01021994: "tmpfs",
+    0x6969: "nfs",
+    0x65735546: "fuse",
+    0x9FA0: "proc",
+    0x62656572: "sysfs",
+    0x1CD1: "devpts",
+    0x858458F6: "ramfs",
+    0x794C7630: "overlay",
+    0x0BD00BD0: "lustre",
+    0x47504653: "gpfs",
+    0x2FC12FC1: "zfs",
+    0x73717368: "squashfs",
+    0x4D44: "vfat",
+    0x5346544E: "ntfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0xCAFE4A11: "bpf",
+    0x27E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0x50495045: "pipefs",
+    0x534F434B: "sockfs",
+    0x09041934: "anon_inodefs",
+    0x42494E4D: "binfmt_misc",
+    0x6E736673: "nsfs",
+    0x19800202: "mqueue",
+    0x73636673: "securityfs",
+    0x958458F6: "hugetlbfs",
+    0x9660: "iso9660",
+    0xFF534D42: "cifs",
+    0xFE534D42: "smb2",
+    0x00C36400: "ceph",
+    0x24051905: "ubifs",
+    0xF2F52010: "f2fs",
+    0x2011BAB0: "exfat",
+    0x1021994: "tmpfs",
+    0x5A3C69F0: "aafs",
+    0x454D444D: "devmem",
+    0x13661366: "balloon",
+    0x6E667364: "nfsd",
+    0x67596969: "rpc_pipefs",
+    0x01021997: "v9fs",
+    0xABBA1974: "xenfs",
+    0x43415D53: "smackfs",
+    0x1373: "devfs",
+    0x61756673: "aufs",
+    0x15013346: "btrfs_test",
+    0x137F: "minix",
+    0x2468: "minix2",
+    0xDEAD4EAD: "erofs" ,
+    0xE0F5E1E2: "erofs",
+    0x5DF5: "ocfs2",
+    0x7461636F: "ocfs2",
+}

@@ -1,0 +1,759 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * iotrace-recorder: loads bpf/iotrace.bpf.c, follows a process tree and drains
+ * the ring buffer into spool segments that the Python side turns into Parquet.
+ *
+ *   iotrace-recorder --spool DIR [--status-fd N] --pid PID...          (attach)
+ *   iotrace-recorder --spool DIR [--uid U --gid G --groups a,b] -- CMD (run)
+ *   iotrace-recorder --check                                          (doctor)
+ *
+ * Spool segment K is two files, written as K.ev.part / K.str.part and renamed
+ * when closed (every --rotate-ms): K.ev holds fixed struct iot_event records;
+ * K.str holds the payloads as (u32 record index, u32 length, bytes).
+ * Status goes to --status-fd as JSON lines (ready, stats, error, end).
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include "iotrace.h"
+#include "iotrace.skel.h"
+#include "syscall_table.h"
+
+_Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 96 bytes");
+
+#define EXIT_USAGE 2
+#define EXIT_SETUP 3
+
+struct options {
+	const char *spool;
+	int status_fd;
+	int rotate_ms;
+	int ringbuf_mb;
+	int duration_s;
+	bool check;
+	bool verbose;
+	pid_t pids[64];
+	int npids;
+	uid_t uid;
+	gid_t gid;
+	bool drop_privs;
+	gid_t groups[256];
+	int ngroups;
+	char **cmd;
+};
+
+static struct options opt = { .status_fd = -1, .rotate_ms = 1000, .ringbuf_mb = 64 };
+static volatile sig_atomic_t stop_requested, term_requested, parent_gone, stop_now;
+
+/* ---- status channel ----------------------------------------------------- */
+
+static FILE *status_out;
+
+static void status(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!status_out)
+		return;
+	va_start(ap, fmt);
+	vfprintf(status_out, fmt, ap);
+	va_end(ap);
+	fputc('\n', status_out);
+	fflush(status_out);
+}
+
+/* One line on stderr, prefixed, for people. */
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("iotrace-recorder: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* libbpf messages: all of them with --verbose, else the last few are kept
+ * and shown only when loading fails (the verifier's reason). */
+static char last_log[8192];
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (opt.verbose)
+		return vfprintf(stderr, fmt, ap);
+	if (level == LIBBPF_DEBUG)
+		return 0;
+	size_t used = strlen(last_log);
+	if (used > sizeof(last_log) - 1024)
+		used = 0;
+	vsnprintf(last_log + used, sizeof(last_log) - used, fmt, ap);
+	return 0;
+}
+
+/* ---- spool segments ----------------------------------------------------- */
+
+struct spool {
+	FILE *ev, *str;
+	unsigned seq;
+	__u32 nrec;
+	bool failed;
+	int err;
+};
+
+static struct spool sp;
+
+static int spool_open(void)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%06u.ev.part", opt.spool, sp.seq);
+	sp.ev = fopen(path, "w");
+	snprintf(path, sizeof(path), "%s/%06u.str.part", opt.spool, sp.seq);
+	sp.str = fopen(path, "w");
+	if (!sp.ev || !sp.str) {
+		sp.err = errno;
+		return -1;
+	}
+	setvbuf(sp.ev, NULL, _IOFBF, 1 << 20);
+	setvbuf(sp.str, NULL, _IOFBF, 1 << 18);
+	sp.nrec = 0;
+	return 0;
+}
+
+static int spool_close(void)
+{
+	char from[4096], to[4096];
+	int rc = 0;
+
+	if (!sp.ev)
+		return 0;
+	if (fclose(sp.ev))
+		rc = -1, sp.err = errno;
+	if (fclose(sp.str))
+		rc = -1, sp.err = errno;
+	sp.ev = sp.str = NULL;
+	if (rc)
+		return rc;
+	snprintf(from, sizeof(from), "%s/%06u.str.part", opt.spool, sp.seq);
+	snprintf(to, sizeof(to), "%s/%06u.str", opt.spool, sp.seq);
+	rename(from, to);
+	/* .ev last: its appearance tells the converter the segment is whole. */
+	snprintf(from, sizeof(from), "%s/%06u.ev.part", opt.spool, sp.seq);
+	snprintf(to, sizeof(to), "%s/%06u.ev", opt.spool, sp.seq);
+	rename(from, to);
+	sp.seq++;
+	return 0;
+}
+
+/* ---- ring buffer drain -------------------------------------------------- */
+
+struct totals {
+	__u64 events, bytes_read, bytes_written, unknown;
+};
+static struct totals tot;
+
+static bool is_copy_op(__u16 op)
+{
+	return op == IOT_SENDFILE || op == IOT_COPY_FILE_RANGE;
+}
+
+static bool is_read_op(__u16 op)
+{
+	return (op >= IOT_READ && op <= IOT_PREADV2) || is_copy_op(op);
+}
+
+static bool is_write_op(__u16 op)
+{
+	return (op >= IOT_WRITE && op <= IOT_PWRITEV2) || is_copy_op(op);
+}
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	const struct iot_event *e = data;
+
+	if (sp.failed)
+		return 0;
+	if (size < sizeof(*e) || e->op == IOT_OP_NONE || e->op >= IOT_OP_COUNT ||
+	    sizeof(*e) + e->str_len > size) {
+		tot.unknown++;  /* counted and reported, never written */
+		return 0;
+	}
+	if (fwrite(e, sizeof(*e), 1, sp.ev) != 1)
+		goto fail;
+	if (e->str_len) {
+		__u32 hdr[2] = { sp.nrec, e->str_len };
+		if (fwrite(hdr, sizeof(hdr), 1, sp.str) != 1 ||
+		    fwrite((const char *)data + sizeof(*e), e->str_len, 1, sp.str) != 1)
+			goto fail;
+	}
+	sp.nrec++;
+	tot.events++;
+	if (e->ret > 0) {
+		if (is_read_op(e->op))
+			tot.bytes_read += e->ret;
+		if (is_write_op(e->op))
+			tot.bytes_written += e->ret;
+	}
+	return 0;
+fail:
+	sp.failed = true;
+	sp.err = errno;
+	return 0;
+}
+
+static __u64 counter_sum(struct iotrace_bpf *skel, __u32 idx)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u64 vals[ncpu > 0 ? ncpu : 1], sum = 0;
+
+	if (bpf_map_lookup_elem(bpf_map__fd(skel->maps.counters), &idx, vals))
+		return 0;
+	for (int i = 0; i < ncpu; i++)
+		sum += vals[i];
+	return sum;
+}
+
+/* ---- probes ------------------------------------------------------------- */
+
+struct probe {
+	const char *name;      /* what the user reads */
+	const char *tp;        /* btf_trace_<tp> must exist in the kernel BTF */
+	bool required;
+	struct bpf_program *prog;
+	struct bpf_link *link;
+	char why[160];
+};
+
+static bool btf_has_tracepoint(const struct btf *vmlinux, const char *tp)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	return vmlinux && btf__find_by_name_kind(vmlinux, name, BTF_KIND_TYPEDEF) > 0;
+}
+
+static void json_probes(char *buf, size_t len, struct probe *p, int n, bool attached)
+{
+	size_t off = 0;
+
+	off += snprintf(buf + off, len - off, "[");
+	for (int i = 0; i < n; i++) {
+		if (!!p[i].link != attached)
+			continue;
+		if (attached)
+			off += snprintf(buf + off, len - off, "%s\"%s\"", off > 1 ? "," : "", p[i].name);
+		else
+			off += snprintf(buf + off, len - off, "%s{\"probe\":\"%s\",\"why\":\"%s\"}",
+					off > 1 ? "," : "", p[i].name, p[i].why);
+	}
+	snprintf(buf + off, len - off, "]");
+}
+
+/* ---- process tree ------------------------------------------------------- */
+
+static int add_traced(struct iotrace_bpf *skel, pid_t pid)
+{
+	__u32 key = pid;
+	__u8 one = 1;
+
+	if (bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &key, &one, BPF_NOEXIST))
+		return errno == EEXIST ? 0 : -1;
+	__sync_fetch_and_add(&skel->bss->live_procs, 1);
+	return 1;
+}
+
+static pid_t read_ppid(const char *pid)
+{
+	char path[300], buf[512], *p;
+	FILE *f;
+	int ppid = -1;
+
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		sscanf(p + 2, "%*c %d", &ppid);
+	fclose(f);
+	return ppid;
+}
+
+/* Adds every existing descendant of the traced processes. Children forked
+ * from now on are followed in kernel, so one pass to a fixpoint is enough. */
+static void add_descendants(struct iotrace_bpf *skel)
+{
+	bool grew = true;
+
+	while (grew) {
+		DIR *d = opendir("/proc");
+		struct dirent *de;
+
+		grew = false;
+		if (!d)
+			return;
+		while ((de = readdir(d))) {
+			__u32 ppid;
+			__u8 v;
+
+			if (!isdigit(de->d_name[0]))
+				continue;
+			ppid = read_ppid(de->d_name);
+			if ((int)ppid <= 0 ||
+			    bpf_map_lookup_elem(bpf_map__fd(skel->maps.traced), &ppid, &v))
+				continue;
+			if (add_traced(skel, atoi(de->d_name)) > 0)
+				grew = true;
+		}
+		closedir(d);
+	}
+}
+
+/* ---- the job (run mode) ------------------------------------------------- */
+
+static pid_t child_pid = -1;
+
+/* The child waits on go[0] until tracing is on, drops to the invoking user,
+ * then execs. An exec failure is reported as errno on err[1]. */
+static pid_t spawn_job(int go[2], int err[2])
+{
+	pid_t pid;
+
+	if (pipe2(go, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
+		return -1;
+	pid = fork();
+	if (pid != 0)
+		return pid;
+
+	char c;
+	int e;
+
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGUSR1, SIG_DFL);
+	prctl(PR_SET_PDEATHSIG, 0);
+	close(go[1]);
+	close(err[0]);
+	if (read(go[0], &c, 1) != 1)
+		_exit(126);  /* the recorder failed before starting the job */
+	if (opt.drop_privs) {
+		if (setgroups(opt.ngroups, opt.groups) || setgid(opt.gid) || setuid(opt.uid)) {
+			e = errno;
+			(void)!write(err[1], &e, sizeof(e));
+			_exit(126);
+		}
+	}
+	execvp(opt.cmd[0], opt.cmd);
+	e = errno;
+	(void)!write(err[1], &e, sizeof(e));
+	_exit(e == ENOENT ? 127 : 126);
+}
+
+/* ---- main loop ---------------------------------------------------------- */
+
+static void on_signal(int sig)
+{
+	if (sig == SIGHUP)
+		parent_gone = 1;
+	else if (sig == SIGUSR1)
+		stop_now = 1;  /* stop tracing now; in run mode the job runs on */
+	else if (sig == SIGTERM)
+		term_requested = 1;
+	stop_requested = 1;
+}
+
+static __u64 now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: iotrace-recorder --spool DIR [options] (--pid PID... | -- CMD ARGS...)\n"
+		"       iotrace-recorder --check\n"
+		"This is iotrace's privileged helper; run it through `iotrace run` or\n"
+		"`iotrace attach`, which turn its spool into a Parquet trace.\n"
+		"  --spool DIR        write spool segments here\n"
+		"  --pid PID          trace PID and its descendants (repeatable)\n"
+		"  --uid U --gid G    run CMD as this user/group\n"
+		"  --groups G1,G2     supplementary groups of CMD\n"
+		"  --status-fd N      write JSON status lines to fd N\n"
+		"  --rotate-ms MS     close a spool segment every MS ms (default 1000)\n"
+		"  --ringbuf-mb MB    ring buffer size (default 64)\n"
+		"  --duration S       stop after S seconds (attach mode)\n"
+		"  --check            load and attach every probe, report, detach\n"
+		"  --verbose          libbpf debug output\n");
+}
+
+static int parse_args(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "spool", required_argument, 0, 's' },
+		{ "pid", required_argument, 0, 'p' },
+		{ "uid", required_argument, 0, 'u' },
+		{ "gid", required_argument, 0, 'g' },
+		{ "groups", required_argument, 0, 'G' },
+		{ "status-fd", required_argument, 0, 'S' },
+		{ "rotate-ms", required_argument, 0, 'r' },
+		{ "ringbuf-mb", required_argument, 0, 'b' },
+		{ "duration", required_argument, 0, 'd' },
+		{ "check", no_argument, 0, 'c' },
+		{ "verbose", no_argument, 0, 'v' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': opt.spool = optarg; break;
+		case 'p':
+			if (opt.npids == 64) {
+				say("at most 64 --pid");
+				return -1;
+			}
+			opt.pids[opt.npids++] = atoi(optarg);
+			break;
+		case 'u': opt.uid = atoi(optarg); opt.drop_privs = true; break;
+		case 'g': opt.gid = atoi(optarg); opt.drop_privs = true; break;
+		case 'G':
+			for (char *t = strtok(optarg, ","); t && opt.ngroups < 256; t = strtok(NULL, ","))
+				opt.groups[opt.ngroups++] = atoi(t);
+			break;
+		case 'S': opt.status_fd = atoi(optarg); break;
+		case 'r': opt.rotate_ms = atoi(optarg); break;
+		case 'b': opt.ringbuf_mb = atoi(optarg); break;
+		case 'd': opt.duration_s = atoi(optarg); break;
+		case 'c': opt.check = true; break;
+		case 'v': opt.verbose = true; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind < argc)
+		opt.cmd = argv + optind;
+	if (opt.check)
+		return 0;
+	if (!opt.spool || (!opt.cmd && !opt.npids) || (opt.cmd && opt.npids)) {
+		usage(stderr);
+		return -1;
+	}
+	if (opt.ringbuf_mb < 1 || (opt.ringbuf_mb & (opt.ringbuf_mb - 1))) {
+		say("--ringbuf-mb must be a power of two");
+		return -1;
+	}
+	return 0;
+}
+
+static void fill_syscall_table(struct iotrace_bpf *skel)
+{
+	for (size_t i = 0; i < sizeof(syscall_table) / sizeof(syscall_table[0]); i++)
+		if (syscall_table[i].nr >= 0 && syscall_table[i].nr < IOT_MAX_SYSCALLS)
+			skel->rodata->sys_op[syscall_table[i].nr] = syscall_table[i].op;
+}
+
+int main(int argc, char **argv)
+{
+	struct probe probes[] = {
+		{ "syscalls (sys_enter)", "sys_enter", true },
+		{ "syscalls (sys_exit)", "sys_exit", true },
+		{ "process fork", "sched_process_fork", true },
+		{ "process exec", "sched_process_exec", true },
+		{ "process exit", "sched_process_exit", true },
+		{ "thread names (task_rename)", "task_rename", false },
+		{ "kernel lock contention (begin)", "contention_begin", false },
+		{ "kernel lock contention (end)", "contention_end", false },
+	};
+	const int nprobes = sizeof(probes) / sizeof(probes[0]);
+	struct iotrace_bpf *skel = NULL;
+	struct ring_buffer *rb = NULL;
+	struct btf *vmlinux;
+	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
+	int go[2] = { -1, -1 }, errp[2] = { -1, -1 };
+	int rc = EXIT_SETUP, job_status = -1, exec_errno = 0;
+	char attached[1024], skipped[4096];
+	__u64 t0, last_rotate, last_stats;
+	const char *stop_reason = "done";
+
+	if (parse_args(argc, argv))
+		return EXIT_USAGE;
+	if (opt.status_fd >= 0)
+		status_out = fdopen(opt.status_fd, "w");
+	libbpf_set_print(libbpf_print);
+	setrlimit(RLIMIT_MEMLOCK, &rl);  /* libbpf 1.1 still charges memlock on some kernels */
+
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGUSR1, on_signal);
+	/* If iotrace (our parent) dies, even by kill -9, finish and detach. */
+	prctl(PR_SET_PDEATHSIG, SIGHUP);
+
+	if (opt.cmd && !opt.check) {
+		child_pid = spawn_job(go, errp);
+		if (child_pid < 0) {
+			say("cannot fork: %s", strerror(errno));
+			return EXIT_SETUP;
+		}
+		close(go[0]);
+		close(errp[1]);
+	}
+
+	skel = iotrace_bpf__open();
+	if (!skel) {
+		say("cannot open the BPF object: %s", strerror(errno));
+		goto out;
+	}
+	fill_syscall_table(skel);
+	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
+
+	vmlinux = btf__load_vmlinux_btf();
+	if (!vmlinux) {
+		say("the kernel has no BTF (/sys/kernel/btf/vmlinux): iotrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+		status("{\"type\":\"error\",\"error\":\"no-btf\"}");
+		goto out;
+	}
+	probes[0].prog = skel->progs.iot_sys_enter;
+	probes[1].prog = skel->progs.iot_sys_exit;
+	probes[2].prog = skel->progs.iot_fork;
+	probes[3].prog = skel->progs.iot_exec;
+	probes[4].prog = skel->progs.iot_exit;
+	probes[5].prog = skel->progs.iot_rename;
+	probes[6].prog = skel->progs.iot_lock_begin;
+	probes[7].prog = skel->progs.iot_lock_end;
+	for (int i = 0; i < nprobes; i++) {
+		if (!btf_has_tracepoint(vmlinux, probes[i].tp)) {
+			snprintf(probes[i].why, sizeof(probes[i].why),
+				 "this kernel has no %s tracepoint", probes[i].tp);
+			bpf_program__set_autoload(probes[i].prog, false);
+		}
+	}
+	btf__free(vmlinux);
+	for (int i = 0; i < nprobes; i++) {
+		if (probes[i].required && probes[i].why[0]) {
+			say("cannot trace: %s", probes[i].why);
+			goto out;
+		}
+	}
+
+	if (iotrace_bpf__load(skel)) {
+		int e = errno;
+		say("cannot load the BPF programs: %s%s", strerror(e),
+		    e == EPERM ? " (run as root, or grant CAP_BPF and CAP_PERFMON)" : "");
+		if (last_log[0] && e != EPERM)
+			fprintf(stderr, "%s", last_log);
+		status("{\"type\":\"error\",\"error\":\"load\",\"errno\":%d}", e);
+		goto out;
+	}
+	for (int i = 0; i < nprobes; i++) {
+		if (probes[i].why[0])
+			continue;
+		probes[i].link = bpf_program__attach(probes[i].prog);
+		if (!probes[i].link) {
+			snprintf(probes[i].why, sizeof(probes[i].why), "attach failed: %s",
+				 strerror(errno));
+			if (probes[i].required) {
+				say("cannot attach %s: %s", probes[i].name, strerror(errno));
+				goto out;
+			}
+		}
+	}
+	json_probes(attached, sizeof(attached), probes, nprobes, true);
+	json_probes(skipped, sizeof(skipped), probes, nprobes, false);
+
+	if (opt.check) {
+		status("{\"type\":\"check\",\"attached\":%s,\"skipped\":%s}", attached, skipped);
+		if (!status_out)
+			printf("{\"attached\":%s,\"skipped\":%s}\n", attached, skipped);
+		rc = 0;
+		goto out;
+	}
+
+	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_record, NULL, NULL);
+	if (!rb) {
+		say("cannot create the ring buffer reader: %s", strerror(errno));
+		goto out;
+	}
+	if (spool_open()) {
+		say("cannot write to %s: %s", opt.spool, strerror(sp.err));
+		goto out;
+	}
+
+	if (opt.cmd) {
+		add_traced(skel, child_pid);
+	} else {
+		for (int i = 0; i < opt.npids; i++) {
+			if (kill(opt.pids[i], 0) && errno == ESRCH) {
+				say("no process with pid %d", opt.pids[i]);
+				status("{\"type\":\"error\",\"error\":\"no-such-pid\",\"pid\":%d}", opt.pids[i]);
+				goto out;
+			}
+			add_traced(skel, opt.pids[i]);
+		}
+		add_descendants(skel);
+	}
+	t0 = now_ns();
+	status("{\"type\":\"ready\",\"pid\":%d,\"monotonic_ns\":%llu,\"realtime_s\":%ld,"
+	       "\"attached\":%s,\"skipped\":%s}",
+	       opt.cmd ? child_pid : opt.pids[0], (unsigned long long)t0, (long)time(NULL),
+	       attached, skipped);
+
+	if (opt.cmd) {
+		/* Tracing is on: let the job go, then learn whether exec worked. */
+		(void)!write(go[1], "g", 1);
+		close(go[1]);
+		if (read(errp[0], &exec_errno, sizeof(exec_errno)) != sizeof(exec_errno))
+			exec_errno = 0;
+		close(errp[0]);
+		if (exec_errno)
+			status("{\"type\":\"exec-error\",\"errno\":%d}", exec_errno);
+	}
+
+	last_rotate = last_stats = t0;
+	rc = 0;
+	for (;;) {
+		int n = ring_buffer__poll(rb, 50);
+		__u64 now = now_ns();
+
+		if (n < 0 && n != -EINTR) {
+			say("ring buffer poll failed: %s", strerror(-n));
+			stop_reason = "error";
+			break;
+		}
+		if (opt.cmd && job_status < 0) {
+			int st;
+			if (waitpid(child_pid, &st, WNOHANG) == child_pid)
+				job_status = st;
+		}
+		if (sp.failed) {
+			stop_reason = sp.err == ENOSPC ? "disk-full" : "write-error";
+			break;
+		}
+		if (now - last_rotate >= (__u64)opt.rotate_ms * 1000000ull) {
+			if (spool_close() || spool_open()) {
+				sp.failed = true;
+				stop_reason = sp.err == ENOSPC ? "disk-full" : "write-error";
+				break;
+			}
+			last_rotate = now;
+		}
+		if (now - last_stats >= 500000000ull) {
+			status("{\"type\":\"stats\",\"elapsed_ns\":%llu,\"events\":%llu,"
+			       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
+			       "\"live\":%lld}",
+			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
+			       (unsigned long long)tot.bytes_read,
+			       (unsigned long long)tot.bytes_written,
+			       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
+			       (long long)skel->bss->live_procs);
+			last_stats = now;
+		}
+		if (opt.cmd && job_status >= 0 && skel->bss->live_procs <= 0) {
+			stop_reason = "exited";
+			break;
+		}
+		if (!opt.cmd && skel->bss->live_procs <= 0) {
+			stop_reason = "exited";
+			break;
+		}
+		if (opt.duration_s && now - t0 >= (__u64)opt.duration_s * 1000000000ull) {
+			stop_reason = "duration";
+			break;
+		}
+		if (stop_now) {
+			stop_reason = "stopped";
+			break;
+		}
+		if (stop_requested) {
+			if (opt.cmd && term_requested && !parent_gone && job_status < 0) {
+				/* `iotrace run` asked to stop: pass it on to the job and keep
+				 * tracing until it is gone. */
+				kill(child_pid, SIGTERM);
+				stop_requested = term_requested = 0;
+				continue;
+			}
+			if (opt.cmd && !parent_gone && !term_requested && job_status < 0) {
+				/* Ctrl-C reached the job too; keep tracing its shutdown. */
+				stop_requested = 0;
+				continue;
+			}
+			stop_reason = parent_gone ? "iotrace-died" : "signal";
+			break;
+		}
+	}
+
+	/* Detach first, then drain what is left, then close the last segment. */
+	for (int i = 0; i < nprobes; i++)
+		bpf_link__destroy(probes[i].link), probes[i].link = NULL;
+	if (!sp.failed)
+		ring_buffer__consume(rb);
+	if (!sp.failed && spool_close())
+		sp.failed = true;
+	if (sp.failed) {
+		stop_reason = sp.err == ENOSPC ? "disk-full" : "write-error";
+		say("stopped tracing: cannot write the spool in %s: %s (the job runs on)",
+		    opt.spool, strerror(sp.err));
+		status("{\"type\":\"error\",\"error\":\"%s\",\"errno\":%d}", stop_reason, sp.err);
+	}
+
+	/* The job outlives a stopped trace: wait for it so its code is ours. */
+	if (opt.cmd && job_status < 0 && !parent_gone) {
+		int st;
+		while (waitpid(child_pid, &st, 0) < 0 && errno == EINTR)
+			;
+		job_status = st;
+	}
+	status("{\"type\":\"end\",\"reason\":\"%s\",\"elapsed_ns\":%llu,\"events\":%llu,"
+	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
+	       "\"path_truncated\":%llu,\"no_storage\":%llu,\"traced_full\":%llu,"
+	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
+	       "\"end_monotonic_ns\":%llu}",
+	       stop_reason, (unsigned long long)(now_ns() - t0),
+	       (unsigned long long)tot.events, (unsigned long long)tot.bytes_read,
+	       (unsigned long long)tot.bytes_written,
+	       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_PATH_TRUNC),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_NO_STORAGE),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_TRACED_FULL),
+	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
+	       (unsigned long long)now_ns());
+	if (opt.cmd && job_status >= 0)
+		rc = WIFEXITED(job_status) ? WEXITSTATUS(job_status) : 128 + WTERMSIG(job_status);
+out:
+	if (rc == EXIT_SETUP && child_pid > 0) {
+		/* Never started: the child exits 126 when go closes unread. */
+		close(go[1]);
+		waitpid(child_pid, NULL, 0);
+	}
+	ring_buffer__free(rb);
+	for (int i = 0; i < nprobes; i++)
+		bpf_link__destroy(probes[i].link);
+	iotrace_bpf__destroy(skel);
+	return rc;
+}
