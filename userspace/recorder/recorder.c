@@ -502,8 +502,10 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv))
 		return EXIT_USAGE;
-	if (opt.status_fd >= 0)
+	if (opt.status_fd >= 0) {
+		fcntl(opt.status_fd, F_SETFD, FD_CLOEXEC);  /* not for the job */
 		status_out = fdopen(opt.status_fd, "w");
+	}
 	libbpf_set_print(libbpf_print);
 	setrlimit(RLIMIT_MEMLOCK, &rl);  /* libbpf 1.1 still charges memlock on some kernels */
 

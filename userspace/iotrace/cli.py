@@ -1,0 +1,306 @@
+"""iotrace command line.
+
+Exit codes: 0 ok; 2 bad usage; 3 cannot trace here (privileges, kernel,
+missing pid); 4 trace could not be written or read; `run` passes on the
+job's own exit code (127 command not found, 126 not executable, 128+N killed
+by signal N).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import click
+from rich.console import Console
+
+from . import __version__
+from .errors import EXIT_ENV, EXIT_NOT_FOUND, EXIT_TRACE, EXIT_USAGE, IotraceError
+from .privileges import can_trace, chown_tree, invoking_user, job_env
+from .session import Progress, Session
+from .summary import human_bytes, print_summary
+from .trace import open_trace
+
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    raise IotraceError(message, code)
+
+
+# ---- shared checks -------------------------------------------------------------
+
+def check_can_trace() -> None:
+    if not can_trace():
+        fail("iotrace needs root to load BPF programs: run it with sudo "
+             "(or grant CAP_BPF and CAP_PERFMON)", EXIT_ENV)
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        fail("this kernel has no BTF (/sys/kernel/btf/vmlinux): iotrace needs a kernel "
+             "built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels >= 5.11 are)",
+             EXIT_ENV)
+
+
+def prepare_outdir(out: Optional[str], default_stem: str, force: bool) -> Path:
+    path = Path(out) if out else Path(f"iotrace-{time.strftime('%Y%m%d-%H%M%S')}-{default_stem}")
+    if path.exists():
+        if not force:
+            fail(f"{path} already exists: choose another -o DIR, or add --force to replace it")
+        if not (path / "meta.json").exists() and any(path.iterdir()):
+            fail(f"{path} exists and is not an iotrace trace: refusing to replace it")
+        shutil.rmtree(path)
+    try:
+        path.mkdir(parents=True)
+    except OSError as e:
+        fail(f"cannot create {path}: {e.strerror}", EXIT_TRACE)
+    return path
+
+
+class StatusLine:
+    """Live one-line status on stderr, when stderr is a terminal."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.on = not quiet and sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, p: Progress) -> None:
+        if not self.on:
+            return
+        drops = f"\x1b[31mdrops {p.drops:,}\x1b[0m" if p.drops else "drops 0"
+        line = (f"iotrace {p.elapsed_s:7.1f} s  {p.rate_events:10,.0f} ev/s  "
+                f"read {p.rate_read / 1e6:8.1f} MB/s  write {p.rate_write / 1e6:8.1f} MB/s  "
+                f"events {p.events:,}  {drops}")
+        sys.stderr.write("\r\x1b[K" + line)
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def finish_session(session: Session, status: StatusLine, quiet: bool, user) -> dict:
+    session.loop()
+    status.clear()
+    meta = session.finish()
+    chown_tree(str(session.out), user)
+    if session.convert_error:
+        err_console.print(f"iotrace: stopped tracing: cannot write {session.out}: "
+                          f"{session.convert_error}; the job ran on", markup=False)
+    for e in session.errors:
+        if e.get("error") in ("disk-full", "write-error"):
+            err_console.print(f"iotrace: stopped tracing: cannot write the spool in "
+                              f"{session.out}: {os.strerror(e.get('errno', 0))}; the job ran on",
+                              markup=False)
+    if not quiet:
+        try:
+            print_summary(open_trace(session.out), err_console)
+        except IotraceError as e:
+            err_console.print(f"iotrace: {e.message}", markup=False)
+        err_console.print(f"trace: {session.out}  (open with iotrace.open_trace, "
+                          f"or `iotrace summary {session.out}`)", markup=False)
+    return meta
+
+
+def recorder_tuning(ringbuf_mb: int) -> list[str]:
+    return ["--ringbuf-mb", str(ringbuf_mb)]
+
+
+# ---- commands ------------------------------------------------------------------
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version")
+def cli() -> None:
+    """Trace the file I/O of a training job and all its workers with eBPF.
+
+    \b
+    Quick start:
+      sudo iotrace run -- python train.py        trace a job from its first call
+      sudo iotrace attach --pid 1234             trace a job that already runs
+      iotrace summary iotrace-<date>-python      what the trace holds
+      iotrace doctor                             what this kernel lets iotrace see
+
+    A trace is a directory of Parquet tables (events, files, processes,
+    threads) and meta.json; read it with iotrace.open_trace(DIR) in Python
+    or any Parquet tool. See docs/trace-format.md.
+    """
+
+
+ringbuf_option = click.option(
+    "--ringbuf-mb", default=64, show_default=True, type=click.IntRange(1, 4096),
+    help="Ring buffer size (a power of two). Larger buffers absorb longer bursts "
+         "before events are dropped.")
+
+
+@cli.command(context_settings=dict(CONTEXT, ignore_unknown_options=True))
+@click.option("-o", "--output", "out", metavar="DIR",
+              help="Trace directory to create (default: iotrace-DATE-TIME-CMD).")
+@click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
+@click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
+@ringbuf_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(out, force, quiet, ringbuf_mb, command) -> None:
+    """Run COMMAND and trace it and every process it starts.
+
+    \b
+    Tracing starts before COMMAND's first system call and ends when the last
+    of its descendants exits (threads, fork, spawn and forkserver workers
+    included). iotrace exits with COMMAND's exit code. Under sudo, COMMAND runs
+    as the invoking user, and the trace belongs to that user.
+
+    \b
+    Examples:
+      sudo iotrace run -- python train.py --epochs 1
+      sudo iotrace run -o ckpt-trace -- torchrun --nproc-per-node 2 train.py
+
+    Ctrl-C goes to the job as usual; press it again to stop the job
+    (SIGTERM), a third time to stop tracing and leave the job running.
+    """
+    command = list(command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        fail("no command given: iotrace run [OPTIONS] -- COMMAND [ARGS...]")
+    check_can_trace()
+    user = invoking_user()
+    env = job_env(user)
+    if "/" not in command[0] and shutil.which(command[0], path=env.get("PATH")) is None:
+        err_console.print(f"iotrace: {command[0]}: command not found", markup=False)
+        sys.exit(EXIT_NOT_FOUND)
+    outdir = prepare_outdir(out, Path(command[0]).name, force)
+    if user:
+        os.chown(outdir, user.uid, user.gid)
+    args = recorder_tuning(ringbuf_mb)
+    if user:
+        args += ["--uid", str(user.uid), "--gid", str(user.gid),
+                 "--groups", ",".join(str(g) for g in user.groups)]
+    args += ["--", *command]
+    from .tracedir import base_meta
+    meta = base_meta(command, "run", {"ringbuf_mb": ringbuf_mb,
+                                      "user": user.name if user else None})
+    status = StatusLine(quiet)
+    session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
+                      run_mode=True, env=env)
+
+    presses = {"n": 0}
+
+    def on_sigint(signum, frame):
+        presses["n"] += 1
+        if presses["n"] == 2:
+            session.signal_recorder(signal.SIGTERM)   # the recorder passes it to the job
+        elif presses["n"] >= 3:
+            session.signal_recorder(signal.SIGUSR1)   # stop tracing, the job runs on
+
+    def on_sigterm(signum, frame):
+        session.signal_recorder(signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    session.start()
+    finish_session(session, status, quiet, user)
+    code = session.job_exit_code()
+    if session.exec_errno:
+        err_console.print(f"iotrace: {command[0]}: {os.strerror(session.exec_errno)}",
+                          markup=False)
+    sys.exit(code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("-p", "--pid", required=True, type=int, metavar="PID",
+              help="Process to trace, with all its threads and descendants.")
+@click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop after this long (default: until Ctrl-C or the process tree exits).")
+@click.option("-o", "--output", "out", metavar="DIR",
+              help="Trace directory to create (default: iotrace-DATE-TIME-COMM).")
+@click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
+@click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
+@ringbuf_option
+def attach(pid, duration, out, force, quiet, ringbuf_mb) -> None:
+    """Trace a running process and its present and future descendants.
+
+    \b
+    Tracing ends at Ctrl-C / SIGTERM, after --duration, or when the whole
+    process tree has exited. Files the process opened before iotrace
+    attached get their paths from /proc.
+
+    \b
+    Example:
+      sudo iotrace attach --pid $(pgrep -f train.py | head -1) --duration 60
+    """
+    check_can_trace()
+    if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
+        fail(f"no process with pid {pid}: check the pid (`ps -e`) and try again", EXIT_ENV)
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        comm = str(pid)
+    user = invoking_user()
+    outdir = prepare_outdir(out, comm, force)
+    args = recorder_tuning(ringbuf_mb) + ["--pid", str(pid)]
+    if duration:
+        args += ["--duration", str(max(1, round(duration)))]
+    from .tracedir import base_meta
+    meta = base_meta(None, "attach", {"pid": pid, "duration_s": duration,
+                                      "ringbuf_mb": ringbuf_mb})
+    status = StatusLine(quiet)
+    session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
+                      run_mode=False, attach_pids=[pid])
+
+    def on_stop(signum, frame):
+        session.signal_recorder(signal.SIGINT)
+
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGTERM, on_stop)
+    session.start()
+    meta = finish_session(session, status, quiet, user)
+    sys.exit(EXIT_TRACE if meta.get("state") != "complete" else 0)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("trace", type=click.Path(file_okay=False))
+def summary(trace) -> None:
+    """Print what a trace holds: events, bytes, files, processes, drops."""
+    print_summary(open_trace(trace), out_console)
+
+
+@cli.command(context_settings=CONTEXT)
+def doctor() -> None:
+    """Check whether this machine can trace, and which probes attach.
+
+    Checks privileges, kernel version, BTF and tracefs, then loads and attaches
+    every probe family once (and detaches it) to say what works and why not.
+    Exit 0 when tracing works (even with optional probes missing), 3 when not.
+    """
+    from .doctor import run_doctor
+    sys.exit(run_doctor(out_console))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="iotrace", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.ctx.get_help())
+        sys.exit(EXIT_USAGE)
+    except click.UsageError as e:
+        cmd = e.ctx.command_path if e.ctx else "iotrace"
+        err_console.print(f"iotrace: {e.format_message()} (see `{cmd} --help`)", markup=False)
+        sys.exit(EXIT_USAGE)
+    except click.Abort:
+        err_console.print("iotrace: aborted", markup=False)
+        sys.exit(130)
+    except IotraceError as e:
+        err_console.print(f"iotrace: {e.message}", markup=False)
+        sys.exit(e.code)
+    except BrokenPipeError:
+        sys.exit(0)
+    except SystemExit:
+        raise
+    sys.exit(0)

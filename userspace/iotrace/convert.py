@@ -1,0 +1,166 @@
+"""Spool segment -> Arrow table of events (the `events/*.parquet` rows).
+
+A segment is K.ev (fixed 96-byte records, read zero-copy into numpy) and
+K.str (payloads: u32 record index, u32 length, bytes). Column work is
+vectorised; only events that change the model (opens, dups, chdir, forks...)
+or carry a string go through model.apply one by one.
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .abi import (ANON_INODE_FS_MAGIC, EVENT_DTYPE, OP, OP_NAMES, S_IFBLK, S_IFCHR,
+                  S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK)
+from .model import Model
+
+# Ops that pass through the model (state changes or string payloads).
+MODEL_OPS = np.zeros(len(OP_NAMES), dtype=bool)
+for _name in ("open", "openat", "openat2", "creat", "close", "close_range", "dup", "dup2",
+              "dup3", "fcntl", "chdir", "fchdir", "stat", "lstat", "newfstatat", "statx",
+              "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
+              "rmdir", "mmap", "munmap", "proc_fork", "thread_new", "proc_exec",
+              "thread_exit", "proc_exit", "task_rename"):
+    MODEL_OPS[OP[_name]] = True
+
+FD_KINDS = ["none", "file", "dir", "socket", "pipe", "anon", "chr", "blk", "link", "other"]
+
+EVENTS_SCHEMA = pa.schema([
+    ("ts_ns", pa.int64()),
+    ("dur_ns", pa.int64()),
+    ("pid", pa.int32()),
+    ("tid", pa.int32()),
+    ("op", pa.dictionary(pa.int8(), pa.string())),
+    ("fd", pa.int32()),
+    ("offset", pa.int64()),
+    ("req_bytes", pa.int64()),
+    ("ret", pa.int64()),
+    ("file_id", pa.int64()),
+    ("fd_kind", pa.dictionary(pa.int8(), pa.string())),
+    ("flags", pa.int64()),
+    ("mode", pa.int32()),
+    ("arg", pa.int64()),
+    ("path", pa.dictionary(pa.int32(), pa.string())),
+    ("path2", pa.dictionary(pa.int32(), pa.string())),
+    ("eflags", pa.int16()),
+])
+
+
+def read_segment(ev_path: Path) -> tuple[np.ndarray, dict[int, bytes]]:
+    """Reads one closed segment: records and {record index: payload}."""
+    raw = ev_path.read_bytes()
+    usable = len(raw) - len(raw) % EVENT_DTYPE.itemsize  # a torn tail is dropped
+    recs = np.frombuffer(raw[:usable], dtype=EVENT_DTYPE)
+    payloads: dict[int, bytes] = {}
+    str_path = ev_path.with_suffix(".str")
+    if str_path.exists():
+        data = str_path.read_bytes()
+        off = 0
+        while off + 8 <= len(data):
+            idx, n = struct.unpack_from("<II", data, off)
+            payloads[idx] = data[off + 8: off + 8 + n]
+            off += 8 + n
+    return recs, payloads
+
+
+def fd_kind_codes(recs: np.ndarray) -> np.ndarray:
+    imode = recs["imode"].astype(np.int32) & S_IFMT
+    magic = recs["fs_magic"]
+    conds = [
+        recs["fd"] < 0,
+        imode == S_IFREG,
+        imode == S_IFDIR,
+        imode == S_IFSOCK,
+        imode == S_IFIFO,
+        (imode == 0) & (magic == ANON_INODE_FS_MAGIC),
+        imode == S_IFCHR,
+        imode == S_IFBLK,
+        imode == S_IFLNK,
+        imode == 0,
+    ]
+    choices = [0, 1, 2, 3, 4, 5, 6, 7, 8, 0]
+    return np.select(conds, choices, default=9).astype(np.int8)
+
+
+def _dict_column(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(
+        pa.array(idx, type=pa.int32(), mask=idx < 0), pa.array(values, type=pa.string()))
+
+
+def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Table:
+    """Replays the segment through the model and builds its events table,
+    sorted by ts_ns."""
+    n = len(recs)
+    file_id = np.full(n, -1, dtype=np.int64)
+    path_idx = np.full(n, -1, dtype=np.int32)
+    path2_idx = np.full(n, -1, dtype=np.int32)
+    path_values: list[str] = []
+    path_lookup: dict[str, int] = {}
+
+    def intern(s: str) -> int:
+        i = path_lookup.get(s)
+        if i is None:
+            i = path_lookup[s] = len(path_values)
+            path_values.append(s)
+        return i
+
+    ops = recs["op"]
+    in_range = ops < len(OP_NAMES)
+    is_model = np.zeros(n, dtype=bool)
+    is_model[in_range] = MODEL_OPS[ops[in_range]]
+    overrides: dict[int, int] = {}
+    for i in np.flatnonzero(is_model):
+        e = recs[i]
+        path, path2, fid = model.apply(e, payloads.get(int(i)))
+        if path is not None:
+            path_idx[i] = intern(path)
+        if path2 is not None:
+            path2_idx[i] = intern(path2)
+        if fid != -2:
+            overrides[int(i)] = fid
+
+    # file_id for every event on a regular file: (dev, ino) -> id, per unique pair.
+    regular = ((recs["imode"].astype(np.int32) & S_IFMT) == S_IFREG) & (recs["ino"] != 0)
+    if regular.any():
+        keys = np.empty(n, dtype=[("dev", "<u8"), ("ino", "<u8")])
+        keys["dev"] = recs["dev"]
+        keys["ino"] = recs["ino"]
+        sel = np.flatnonzero(regular)
+        uniq, first, inverse = np.unique(keys[sel], return_index=True, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for j, (dev, ino) in enumerate(uniq.tolist()):
+            row = recs[sel[first[j]]]
+            ids[j] = model.file_id(dev, ino, int(row["imode"]), int(row["fs_magic"]),
+                                   model.fd_path(int(row["pid"]), int(row["fd"])))
+        file_id[sel] = ids[inverse.ravel()]
+    for i, fid in overrides.items():
+        file_id[i] = fid
+
+    op_codes = np.where(in_range, ops, 0).astype(np.int8)
+    table = pa.table({
+        "ts_ns": recs["ts_ns"].astype(np.int64),
+        "dur_ns": recs["dur_ns"].astype(np.int64),
+        "pid": recs["pid"],
+        "tid": recs["tid"],
+        "op": pa.DictionaryArray.from_arrays(pa.array(op_codes), pa.array(OP_NAMES)),
+        "fd": recs["fd"],
+        "offset": recs["offset"],
+        "req_bytes": recs["req_bytes"].astype(np.int64),
+        "ret": recs["ret"],
+        "file_id": file_id,
+        "fd_kind": pa.DictionaryArray.from_arrays(pa.array(fd_kind_codes(recs)),
+                                                  pa.array(FD_KINDS)),
+        "flags": recs["flags"].astype(np.int64),
+        "mode": recs["mode"].astype(np.int32),
+        "arg": recs["arg"].view(np.int64),
+        "path": _dict_column(path_idx, path_values),
+        "path2": _dict_column(path2_idx, path_values),
+        "eflags": recs["eflags"].astype(np.int16),
+    }, schema=EVENTS_SCHEMA)
+    order = np.argsort(recs["ts_ns"], kind="stable")
+    if n and not (order == np.arange(n)).all():
+        table = table.take(pa.array(order))
+    return table

@@ -1,0 +1,72 @@
+"""`iotrace doctor`: can this machine trace, and what will iotrace see?"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+
+from rich.console import Console
+
+from .errors import EXIT_ENV
+from .privileges import can_trace
+from .session import recorder_path
+
+MIN_KERNEL = (5, 11)  # ring buffer (5.8), tp_btf + task storage in tracing programs (5.11)
+
+
+def kernel_version() -> tuple[int, int]:
+    rel = platform.release()
+    parts = rel.split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def run_doctor(console: Console) -> int:
+    ok = True
+
+    def line(good: bool, what: str, detail: str, required: bool = True) -> None:
+        nonlocal ok
+        mark = "[green]ok[/green]  " if good else ("[red]FAIL[/red]" if required else "[yellow]skip[/yellow]")
+        console.print(f"  {mark} {what}: {detail}")
+        if required and not good:
+            ok = False
+
+    console.print("[bold]iotrace doctor[/bold]")
+    priv = can_trace()
+    line(priv, "privileges", "root or CAP_BPF+CAP_PERFMON" if priv else
+         "not root: run `sudo iotrace doctor` (tracing needs root or CAP_BPF+CAP_PERFMON)")
+    kv = kernel_version()
+    line(kv >= MIN_KERNEL, "kernel", f"{platform.release()} "
+         + ("" if kv >= MIN_KERNEL else f"(needs >= {MIN_KERNEL[0]}.{MIN_KERNEL[1]})"))
+    btf = os.path.exists("/sys/kernel/btf/vmlinux")
+    line(btf, "BTF", "/sys/kernel/btf/vmlinux" if btf else
+         "missing: the kernel needs CONFIG_DEBUG_INFO_BTF=y")
+    tracefs = os.path.isdir("/sys/kernel/tracing/events")
+    line(tracefs, "tracefs", "/sys/kernel/tracing" if tracefs else
+         "not mounted (optional for iotrace): mount -t tracefs nodev /sys/kernel/tracing",
+         required=False)
+    try:
+        rec = recorder_path()
+        line(True, "recorder", rec)
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        line(False, "recorder", str(e))
+        return EXIT_ENV
+    if not priv or not btf:
+        console.print("probes: not checked (needs the above)")
+        return EXIT_ENV
+    proc = subprocess.run([rec, "--check"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        msg = (proc.stderr.strip().splitlines() or ["unknown error"])[0]
+        line(False, "probes", msg)
+        return EXIT_ENV
+    res = json.loads(proc.stdout)
+    console.print("probes:")
+    for name in res["attached"]:
+        line(True, name, "attaches")
+    for sk in res["skipped"]:
+        line(False, sk["probe"], sk["why"], required=False)
+    console.print("tracing works" if ok else "[red]tracing does not work here[/red]")
+    return 0 if ok else EXIT_ENV

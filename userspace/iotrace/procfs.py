@@ -1,0 +1,78 @@
+"""What /proc says about processes that existed before tracing began."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from .model import FdEntry, Model, Thread, decode_cmdline
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def ppid_of(pid: int) -> int:
+    raw = _read(f"/proc/{pid}/stat")
+    if not raw:
+        return 0
+    rest = raw[raw.rfind(b")") + 2:].split()
+    return int(rest[1])
+
+
+def descendants(root: int) -> list[int]:
+    """root and every process below it, parents first."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            children.setdefault(ppid_of(int(name)), []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo.extend(sorted(children.get(pid, [])))
+    return out
+
+
+def kernel_dev(st_dev: int) -> int:
+    """stat's dev_t -> the kernel's internal encoding used by the BPF side."""
+    return (os.major(st_dev) << 20) | os.minor(st_dev)
+
+
+def snapshot_process(model: Model, pid: int, ts: int) -> None:
+    """Adds a process that already runs: cmdline, cwd, threads, open fds
+    (regular files are registered so their paths are known)."""
+    comm = (_read(f"/proc/{pid}/comm") or b"").decode(errors="replace").strip()
+    p = model.add_process(pid, ppid_of(pid), ts, comm=comm,
+                          cmdline=decode_cmdline(_read(f"/proc/{pid}/cmdline") or b""))
+    p.seen_before_trace = True
+    try:
+        p.cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        pass
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        tids = [pid]
+    for tid in tids:
+        name = (_read(f"/proc/{pid}/task/{tid}/comm") or b"").decode(errors="replace").strip()
+        model.threads[tid] = Thread(tid=tid, pid=pid, name=name, start_ns=ts)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        fds = []
+    for name in fds:
+        fd = int(name)
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        # Not a path for pipes, sockets, anon inodes: "pipe:[123]" names them.
+        path = target[: -len(" (deleted)")] if target.endswith(" (deleted)") else target
+        p.fds[fd] = FdEntry(path)
+        if path.startswith("/"):
+            model.file_id(kernel_dev(st.st_dev), st.st_ino, st.st_mode, 0, path)

@@ -1,0 +1,283 @@
+"""One tracing session: start the recorder, turn its spool into the trace
+directory as it grows, show progress, and finish the trace.
+
+The recorder (C, privileged) writes spool segments and JSON status lines;
+this side converts each closed segment to an events Parquet part, keeps the
+model (paths, processes, files) and rewrites the small tables and meta.json
+every few seconds, so the trace stays readable if iotrace is killed.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import procfs
+from .convert import convert, read_segment
+from .errors import IotraceError, EXIT_ENV, EXIT_TRACE
+from .model import Model
+from .tracedir import TraceWriter
+
+TABLES_EVERY_S = 2.0
+
+
+def recorder_path() -> str:
+    env = os.environ.get("IOTRACE_RECORDER")
+    if env:
+        return env
+    here = Path(__file__).resolve().parent
+    for cand in (here / "bin" / "iotrace-recorder",
+                 here.parent.parent / "build" / "iotrace-recorder"):
+        if cand.exists():
+            return str(cand)
+    raise IotraceError("the recorder binary is missing: build it with `make`", EXIT_ENV)
+
+
+@dataclass
+class Progress:
+    elapsed_s: float = 0.0
+    events: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    drops: int = 0
+    rate_events: float = 0.0
+    rate_read: float = 0.0
+    rate_write: float = 0.0
+
+
+@dataclass
+class Session:
+    out: Path
+    recorder_args: list[str]
+    meta: dict
+    on_progress: Optional[Callable[[Progress], None]] = None
+    run_mode: bool = True
+    attach_pids: list[int] = field(default_factory=list)
+    env: Optional[dict] = None
+
+    def __post_init__(self) -> None:
+        self.spool = self.out / ".spool"
+        self.spool.mkdir(parents=True, exist_ok=True)
+        self.model = Model()
+        self.writer = TraceWriter(self.out, self.meta)
+        self.ready: Optional[dict] = None
+        self.end: Optional[dict] = None
+        self.errors: list[dict] = []
+        self.exec_errno = 0
+        self.next_seg = 0
+        self.progress = Progress()
+        self._last = (0.0, 0, 0, 0)
+        self.convert_error: Optional[str] = None
+        self.stopped_tracing = False
+
+    # ---- recorder process -------------------------------------------------
+
+    def start(self) -> None:
+        rfd, wfd = os.pipe()
+        cmd = [recorder_path(), "--spool", str(self.spool), "--status-fd", str(wfd),
+               *self.recorder_args]
+        try:
+            self.proc = subprocess.Popen(cmd, pass_fds=(wfd,), env=self.env,
+                                         stdin=None, start_new_session=False)
+        except OSError as e:
+            raise IotraceError(f"cannot start the recorder {cmd[0]}: {e.strerror}", EXIT_ENV)
+        os.close(wfd)
+        self.status_r = os.fdopen(rfd, "rb", buffering=0)
+        self._buf = b""
+        # Wait for "ready" (or an error) before anything else.
+        while self.ready is None and self.end is None:
+            if not self._read_status(timeout=1.0) and self.proc.poll() is not None:
+                break
+        if self.ready is None:
+            self.proc.wait()
+            self._raise_start_error()
+        self.meta["start_monotonic_ns"] = self.ready["monotonic_ns"]
+        self.meta["start_realtime_s"] = self.ready["realtime_s"]
+        self.meta["probes"] = {"attached": self.ready["attached"],
+                               "skipped": self.ready["skipped"]}
+        self.meta["root_pid"] = self.ready["pid"]
+        ts = self.ready["monotonic_ns"]
+        if self.run_mode:
+            procfs.snapshot_process(self.model, self.ready["pid"], ts)
+            self.model.procs[self.ready["pid"]].seen_before_trace = False
+            self.model.procs[self.ready["pid"]].ppid = self.proc.pid
+        else:
+            for pid in procfs.descendants(self.attach_pids[0]):
+                procfs.snapshot_process(self.model, pid, ts)
+        self.writer.write_meta()
+
+    def _raise_start_error(self) -> None:
+        for err in self.errors:
+            if err.get("error") == "no-such-pid":
+                raise IotraceError(f"no process with pid {err['pid']}: check the pid "
+                                   "(`ps -e`) and try again", EXIT_ENV)
+            if err.get("error") == "no-btf":
+                raise IotraceError("this kernel has no BTF (/sys/kernel/btf/vmlinux); "
+                                   "iotrace needs CONFIG_DEBUG_INFO_BTF=y", EXIT_ENV)
+            if err.get("error") == "load" and err.get("errno") == errno.EPERM:
+                raise IotraceError("not allowed to load BPF programs: run as root "
+                                   "(sudo) or grant CAP_BPF and CAP_PERFMON", EXIT_ENV)
+        raise IotraceError(f"the recorder failed to start (exit {self.proc.returncode}); "
+                           "see its message above, or run `iotrace doctor`", EXIT_ENV)
+
+    def _read_status(self, timeout: float) -> bool:
+        sel = selectors.DefaultSelector()
+        sel.register(self.status_r, selectors.EVENT_READ)
+        got = bool(sel.select(timeout))
+        sel.close()
+        if not got:
+            return False
+        chunk = self.status_r.read(65536)
+        if not chunk:
+            return False
+        self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            self._on_status(msg)
+        return True
+
+    def _on_status(self, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "ready":
+            self.ready = msg
+        elif kind == "stats":
+            self._update_progress(msg)
+        elif kind == "exec-error":
+            self.exec_errno = msg["errno"]
+        elif kind == "error":
+            self.errors.append(msg)
+        elif kind == "end":
+            self.end = msg
+            self._update_progress(msg)
+
+    def _update_progress(self, msg: dict) -> None:
+        p = self.progress
+        el = msg["elapsed_ns"] / 1e9
+        t0, e0, r0, w0 = self._last
+        dt = el - t0
+        if dt > 0:
+            p.rate_events = (msg["events"] - e0) / dt
+            p.rate_read = (msg["bytes_read"] - r0) / dt
+            p.rate_write = (msg["bytes_written"] - w0) / dt
+        self._last = (el, msg["events"], msg["bytes_read"], msg["bytes_written"])
+        p.elapsed_s, p.events, p.drops = el, msg["events"], msg["drops"]
+        p.bytes_read, p.bytes_written = msg["bytes_read"], msg["bytes_written"]
+        if self.on_progress:
+            self.on_progress(p)
+
+    def signal_recorder(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    # ---- conversion -------------------------------------------------------
+
+    def _convert_ready(self) -> None:
+        while not self.convert_error:
+            ev = self.spool / f"{self.next_seg:06d}.ev"
+            if not ev.exists():
+                return
+            try:
+                recs, payloads = read_segment(ev)
+                self.writer.write_events(convert(recs, payloads, self.model))
+            except OSError as e:
+                self.convert_error = e.strerror or str(e)
+                if e.errno == errno.ENOSPC:
+                    self.convert_error = "the disk is full"
+                # Stop tracing; in run mode the job runs on.
+                self.signal_recorder(signal.SIGUSR1)
+                self.stopped_tracing = True
+                return
+            ev.unlink()
+            ev.with_suffix(".str").unlink(missing_ok=True)
+            self.next_seg += 1
+
+    def _snapshot(self) -> None:
+        if self.convert_error:
+            return
+        try:
+            self.writer.write_tables(self.model)
+            self.writer.write_meta(drops=self.progress.drops)
+        except OSError as e:
+            self.convert_error = e.strerror or str(e)
+            self.signal_recorder(signal.SIGUSR1)
+            self.stopped_tracing = True
+
+    def loop(self) -> None:
+        """Runs until the recorder ends; converts segments as they close."""
+        last_tables = time.monotonic()
+        while self.end is None:
+            got = self._read_status(timeout=0.25)
+            if not got and self.proc.poll() is not None:
+                # Recorder gone without an end line (killed): drain the pipe.
+                while self._read_status(timeout=0):
+                    pass
+                break
+            self._convert_ready()
+            if time.monotonic() - last_tables >= TABLES_EVERY_S:
+                self._snapshot()
+                last_tables = time.monotonic()
+        self.proc.wait()
+
+    def finish(self) -> dict:
+        """Converts what is left and writes the final tables and meta.json."""
+        self._convert_ready()
+        leftovers = sorted(self.spool.glob("*.part"))
+        end = self.end or {}
+        counters = dict(self.model.counters)
+        counters.update({k: end.get(k, 0) for k in
+                         ("path_truncated", "no_storage", "traced_full", "unknown_records")})
+        state = "complete"
+        if self.convert_error or end.get("reason") in ("disk-full", "write-error") or not end:
+            state = "incomplete"
+        meta_updates = dict(
+            state=state,
+            stop_reason=end.get("reason", "recorder-died"),
+            drops=end.get("drops", self.progress.drops),
+            recorder_events=end.get("events"),
+            bytes_read=end.get("bytes_read"),
+            bytes_written=end.get("bytes_written"),
+            duration_ns=end.get("elapsed_ns"),
+            end_monotonic_ns=end.get("end_monotonic_ns"),
+            counters=counters,
+            files=len(self.model.files),
+            processes=len(self.model.procs),
+            threads=len(self.model.threads),
+        )
+        if self.convert_error:
+            meta_updates["error"] = self.convert_error
+        job = end.get("job_status", -1)
+        if self.run_mode and job is not None and job >= 0:
+            meta_updates["exit_status"] = {"code": (job >> 8) & 0xFF if not job & 0x7F else None,
+                                           "signal": job & 0x7F or None}
+        if not self.convert_error:
+            try:
+                self.writer.write_tables(self.model)
+                self.writer.write_meta(**meta_updates)
+            except OSError as e:
+                self.convert_error = e.strerror or str(e)
+        if not self.convert_error and not leftovers:
+            shutil.rmtree(self.spool, ignore_errors=True)
+        return self.writer.meta
+
+    def job_exit_code(self) -> int:
+        if self.exec_errno:
+            return 127 if self.exec_errno == errno.ENOENT else 126
+        job = (self.end or {}).get("job_status", -1)
+        if job is None or job < 0:
+            return EXIT_TRACE
+        if job & 0x7F:
+            return 128 + (job & 0x7F)
+        return (job >> 8) & 0xFF

@@ -1,0 +1,99 @@
+"""The short summary printed at the end of a run and by `iotrace summary`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@dataclass
+class Summary:
+    events: int
+    bytes_read: int
+    bytes_written: int
+    files: int
+    processes: int
+    threads: int
+    drops: int
+    duration_s: float
+    ops: list
+    top_files: list
+    counters: dict
+
+
+def summarize(t: Trace, top: int = 5) -> Summary:
+    events, rd, wr = t.con.execute(f"""
+        select count(*),
+               coalesce(sum(ret) filter (where op in {READ_OPS_SQL} and ret > 0), 0),
+               coalesce(sum(ret) filter (where op in {WRITE_OPS_SQL} and ret > 0), 0)
+        from events""").fetchone()
+    ops = t.con.execute(f"""
+        select op, count(*) as calls,
+               coalesce(sum(ret) filter (where ret > 0 and (op in {READ_OPS_SQL}
+                                                  or op in {WRITE_OPS_SQL})), 0) as bytes,
+               sum(dur_ns) / 1e9 as time_s,
+               count(*) filter (where ret < 0) as errors
+        from events group by op order by calls desc""").fetchall()
+    top_files = t.con.execute(f"""
+        select f.path,
+               coalesce(sum(e.ret) filter (where e.op in {READ_OPS_SQL} and e.ret > 0), 0) as rd,
+               coalesce(sum(e.ret) filter (where e.op in {WRITE_OPS_SQL} and e.ret > 0), 0) as wr,
+               count(*) as calls
+        from events e join files f using (file_id)
+        group by f.path order by rd + wr desc, calls desc limit {int(top)}""").fetchall()
+    meta = t.meta
+    return Summary(
+        events=events, bytes_read=rd, bytes_written=wr,
+        files=t.con.execute("select count(*) from files").fetchone()[0],
+        processes=t.con.execute("select count(*) from processes").fetchone()[0],
+        threads=t.con.execute("select count(*) from threads").fetchone()[0],
+        drops=int(meta.get("drops") or 0),
+        duration_s=(meta.get("duration_ns") or 0) / 1e9,
+        ops=ops, top_files=top_files, counters=meta.get("counters", {}))
+
+
+def print_summary(t: Trace, console: Console) -> None:
+    s = summarize(t)
+    meta = t.meta
+    state = meta.get("state")
+    console.print(f"[bold]iotrace[/bold] {t.root}  ({meta.get('mode')}, {s.duration_s:.2f} s"
+                  + (f", [yellow]{state}[/yellow]" if state != "complete" else "") + ")")
+    drops = f"[red]{s.drops} dropped[/red]" if s.drops else "0 dropped"
+    console.print(f"  {s.events:,} events ({drops}), read {human_bytes(s.bytes_read)}, "
+                  f"wrote {human_bytes(s.bytes_written)}, {s.files:,} files, "
+                  f"{s.processes} processes, {s.threads} threads")
+    lost = {k: v for k, v in s.counters.items() if v}
+    if lost:
+        console.print("  [yellow]not resolved or cut:[/yellow] "
+                      + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in lost.items()))
+    skipped = meta.get("probes", {}).get("skipped", [])
+    for sk in skipped:
+        console.print(f"  [yellow]probe skipped:[/yellow] {sk['probe']}: {sk['why']}")
+    ops = Table(title=None, box=None, pad_edge=False, header_style="bold")
+    for col, justify in (("op", "left"), ("calls", "right"), ("bytes", "right"),
+                         ("time s", "right"), ("errors", "right")):
+        ops.add_column(col, justify=justify)
+    for op, calls, nbytes, time_s, errors in s.ops[:12]:
+        ops.add_row(op, f"{calls:,}", human_bytes(nbytes) if nbytes else "",
+                    f"{time_s:.3f}", f"{errors:,}" if errors else "")
+    console.print(ops)
+    if s.top_files:
+        files = Table(box=None, pad_edge=False, header_style="bold")
+        files.add_column("top files", overflow="fold")
+        files.add_column("read", justify="right")
+        files.add_column("written", justify="right")
+        files.add_column("calls", justify="right")
+        for path, rd, wr, calls in s.top_files:
+            files.add_row(path or "?", human_bytes(rd), human_bytes(wr), f"{calls:,}")
+        console.print(files)

@@ -1,0 +1,192 @@
+"""Writing the trace directory (docs/trace-format.md is the contract).
+
+TRACE/
+  meta.json          schema version, host, kernel, command, start, options,
+                     probes, counts, drops, exit status
+  events/part-NNNNNN.parquet
+  files.parquet      file_id -> path, fs_type, mount point, dev, ino
+  processes.parquet  one row per process
+  threads.parquet    one row per thread
+Tables and meta.json are rewritten atomically (tmp + rename) while tracing,
+so a trace cut short by kill -9 is still readable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .model import Model, kernel_dev_to_major_minor
+
+SCHEMA_VERSION = "1.0"
+
+# Column names and DuckDB types of events (for an empty trace's view).
+EVENTS_SCHEMA_NAMES = [
+    ("ts_ns", "bigint"), ("dur_ns", "bigint"), ("pid", "integer"), ("tid", "integer"),
+    ("op", "varchar"), ("fd", "integer"), ("offset", "bigint"), ("req_bytes", "bigint"),
+    ("ret", "bigint"), ("file_id", "bigint"), ("fd_kind", "varchar"), ("flags", "bigint"),
+    ("mode", "integer"), ("arg", "bigint"), ("path", "varchar"), ("path2", "varchar"),
+    ("eflags", "smallint"),
+]
+
+FILES_SCHEMA = pa.schema([
+    ("file_id", pa.int64()), ("path", pa.string()), ("fs_type", pa.string()),
+    ("mount_point", pa.string()), ("dev_major", pa.int32()), ("dev_minor", pa.int32()),
+    ("ino", pa.int64()),
+])
+PROCESSES_SCHEMA = pa.schema([
+    ("pid", pa.int32()), ("ppid", pa.int32()), ("cmdline", pa.string()),
+    ("comm", pa.string()), ("start_ns", pa.int64()), ("exit_ns", pa.int64()),
+    ("exit_code", pa.int32()), ("exit_signal", pa.int32()), ("execs", pa.int32()),
+    ("threads", pa.int32()), ("before_trace", pa.bool_()),
+])
+THREADS_SCHEMA = pa.schema([
+    ("tid", pa.int32()), ("pid", pa.int32()), ("name", pa.string()),
+    ("start_ns", pa.int64()), ("exit_ns", pa.int64()),
+])
+
+# Parquet settings for events: dictionary for strings, delta for timestamps.
+EVENT_WRITE_OPTS: dict[str, Any] = dict(
+    compression="zstd",
+    compression_level=3,
+    use_dictionary=["op", "fd_kind", "path", "path2"],
+    column_encoding={"ts_ns": "DELTA_BINARY_PACKED"},
+    write_statistics=["ts_ns", "pid", "file_id", "op"],
+)
+
+
+def mount_table() -> dict[tuple[int, int], tuple[str, str]]:
+    """(major, minor) -> (mount point, fs type) from /proc/self/mountinfo."""
+    out: dict[tuple[int, int], tuple[str, str]] = {}
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts = left.split()
+        if len(parts) < 5 or not right:
+            continue
+        major, minor = (int(x) for x in parts[2].split(":"))
+        mnt = parts[4].replace("\\040", " ")
+        out.setdefault((major, minor), (mnt, right.split()[0]))
+    return out
+
+
+def atomic_write_table(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def atomic_write_json(obj: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def files_table(model: Model, mounts: dict) -> pa.Table:
+    rows = sorted(model.files.values(), key=lambda f: f.file_id)
+    cols: dict[str, list] = {name: [] for name in FILES_SCHEMA.names}
+    for f in rows:
+        major, minor = kernel_dev_to_major_minor(f.dev)
+        mnt, mtype = mounts.get((major, minor), (None, None))
+        cols["file_id"].append(f.file_id)
+        cols["path"].append(f.path)
+        cols["fs_type"].append(mtype or model.fs_type(f.fs_magic))
+        cols["mount_point"].append(mnt)
+        cols["dev_major"].append(major)
+        cols["dev_minor"].append(minor)
+        cols["ino"].append(f.ino)
+    return pa.table(cols, schema=FILES_SCHEMA)
+
+
+def processes_table(model: Model) -> pa.Table:
+    nthreads: dict[int, int] = {}
+    for t in model.threads.values():
+        nthreads[t.pid] = nthreads.get(t.pid, 0) + 1
+    cols: dict[str, list] = {name: [] for name in PROCESSES_SCHEMA.names}
+    for p in sorted(model.procs.values(), key=lambda p: p.start_ns):
+        st = p.exit_status
+        cols["pid"].append(p.pid)
+        cols["ppid"].append(p.ppid)
+        cols["cmdline"].append(p.cmdline)
+        cols["comm"].append(p.comm)
+        cols["start_ns"].append(p.start_ns)
+        cols["exit_ns"].append(p.exit_ns)
+        cols["exit_code"].append(None if st is None or st & 0x7F else (st >> 8) & 0xFF)
+        cols["exit_signal"].append(None if st is None or not st & 0x7F else st & 0x7F)
+        cols["execs"].append(p.execs)
+        cols["threads"].append(nthreads.get(p.pid, 1))
+        cols["before_trace"].append(p.seen_before_trace)
+    return pa.table(cols, schema=PROCESSES_SCHEMA)
+
+
+def threads_table(model: Model) -> pa.Table:
+    cols: dict[str, list] = {name: [] for name in THREADS_SCHEMA.names}
+    for t in sorted(model.threads.values(), key=lambda t: (t.pid, t.start_ns, t.tid)):
+        cols["tid"].append(t.tid)
+        cols["pid"].append(t.pid)
+        cols["name"].append(t.name)
+        cols["start_ns"].append(t.start_ns)
+        cols["exit_ns"].append(t.exit_ns)
+    return pa.table(cols, schema=THREADS_SCHEMA)
+
+
+def base_meta(command: Optional[list[str]], mode: str, options: dict) -> dict:
+    uname = platform.uname()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "iotrace",
+        "state": "recording",
+        "mode": mode,
+        "host": uname.node,
+        "kernel": uname.release,
+        "arch": uname.machine,
+        "command": command,
+        "options": options,
+        "events": 0,
+        "drops": 0,
+    }
+
+
+class TraceWriter:
+    """Owns a trace directory while it is being recorded."""
+
+    def __init__(self, root: Path, meta: dict) -> None:
+        self.root = root
+        self.events_dir = root / "events"
+        self.events_dir.mkdir(parents=True, exist_ok=True)
+        self.meta = meta
+        self.mounts = mount_table()
+        self.events = 0
+        self.parts = 0
+        self.bytes = 0
+
+    def write_events(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        path = self.events_dir / f"part-{self.parts:06d}.parquet"
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(table, tmp, **EVENT_WRITE_OPTS)
+        os.replace(tmp, path)
+        self.parts += 1
+        self.events += table.num_rows
+        self.bytes += path.stat().st_size
+
+    def write_tables(self, model: Model) -> None:
+        atomic_write_table(files_table(model, self.mounts), self.root / "files.parquet")
+        atomic_write_table(processes_table(model), self.root / "processes.parquet")
+        atomic_write_table(threads_table(model), self.root / "threads.parquet")
+
+    def write_meta(self, **updates: Any) -> None:
+        self.meta.update(updates)
+        self.meta["events"] = self.events
+        self.meta["event_parts"] = self.parts
+        self.meta["events_parquet_bytes"] = self.bytes
+        atomic_write_json(self.meta, self.root / "meta.json")
