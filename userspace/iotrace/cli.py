@@ -26,8 +26,20 @@ from .session import Progress, Session
 from .summary import human_bytes, print_summary
 from .trace import open_trace
 
-err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+def _console(stderr: bool) -> Console:
+    # Not a terminal (a pipe, a CI log): don't wrap at 80 columns.
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 120)
+
+
+err_console = _console(stderr=True)
+out_console = _console(stderr=False)
+
+
+def say(message: str) -> None:
+    """One plain line on stderr (never wrapped: scripts grep these)."""
+    sys.stderr.write(f"iotrace: {message}\n")
+    sys.stderr.flush()
 
 CONTEXT = dict(help_option_names=["-h", "--help"], max_content_width=100)
 
@@ -38,11 +50,17 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
 
 # ---- shared checks -------------------------------------------------------------
 
+# Where the kernel's BTF lives; IOTRACE_SYSFS_BTF overrides it (tests use it
+# to play a kernel without BTF).
+def sysfs_btf() -> str:
+    return os.environ.get("IOTRACE_SYSFS_BTF", "/sys/kernel/btf/vmlinux")
+
+
 def check_can_trace() -> None:
     if not can_trace():
         fail("iotrace needs root to load BPF programs: run it with sudo "
              "(or grant CAP_BPF and CAP_PERFMON)", EXIT_ENV)
-    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+    if not os.path.exists(sysfs_btf()):
         fail("this kernel has no BTF (/sys/kernel/btf/vmlinux): iotrace needs a kernel "
              "built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels >= 5.11 are)",
              EXIT_ENV)
@@ -92,19 +110,18 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user) -> d
     status.clear()
     meta = session.finish()
     chown_tree(str(session.out), user)
-    if session.convert_error:
-        err_console.print(f"iotrace: stopped tracing: cannot write {session.out}: "
-                          f"{session.convert_error}; the job ran on", markup=False)
-    for e in session.errors:
-        if e.get("error") in ("disk-full", "write-error"):
-            err_console.print(f"iotrace: stopped tracing: cannot write the spool in "
-                              f"{session.out}: {os.strerror(e.get('errno', 0))}; the job ran on",
-                              markup=False)
+    why = session.stop_error()
+    if why:
+        say(f"stopped tracing after {session.writer.events:,} events: cannot write "
+            f"{session.out}: {why}; the job ran on (free space, or trace to another "
+            f"disk with -o)")
+    elif session.final_write_error:
+        say(f"cannot finish the trace in {session.out}: {session.final_write_error}")
     if not quiet:
         try:
             print_summary(open_trace(session.out), err_console)
         except IotraceError as e:
-            err_console.print(f"iotrace: {e.message}", markup=False)
+            say(f"{e.message}")
         err_console.print(f"trace: {session.out}  (open with iotrace.open_trace, "
                           f"or `iotrace summary {session.out}`)", markup=False)
     return meta
@@ -140,7 +157,7 @@ ringbuf_option = click.option(
          "before events are dropped.")
 
 
-@cli.command(context_settings=dict(CONTEXT, ignore_unknown_options=True))
+@cli.command(context_settings=dict(CONTEXT, allow_interspersed_args=False))
 @click.option("-o", "--output", "out", metavar="DIR",
               help="Trace directory to create (default: iotrace-DATE-TIME-CMD).")
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
@@ -173,7 +190,7 @@ def run(out, force, quiet, ringbuf_mb, command) -> None:
     user = invoking_user()
     env = job_env(user)
     if "/" not in command[0] and shutil.which(command[0], path=env.get("PATH")) is None:
-        err_console.print(f"iotrace: {command[0]}: command not found", markup=False)
+        say(f"{command[0]}: command not found")
         sys.exit(EXIT_NOT_FOUND)
     outdir = prepare_outdir(out, Path(command[0]).name, force)
     if user:
@@ -208,8 +225,7 @@ def run(out, force, quiet, ringbuf_mb, command) -> None:
     finish_session(session, status, quiet, user)
     code = session.job_exit_code()
     if session.exec_errno:
-        err_console.print(f"iotrace: {command[0]}: {os.strerror(session.exec_errno)}",
-                          markup=False)
+        say(f"{command[0]}: {os.strerror(session.exec_errno)}")
     sys.exit(code)
 
 
@@ -291,13 +307,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(EXIT_USAGE)
     except click.UsageError as e:
         cmd = e.ctx.command_path if e.ctx else "iotrace"
-        err_console.print(f"iotrace: {e.format_message()} (see `{cmd} --help`)", markup=False)
+        say(f"{e.format_message()} (see `{cmd} --help`)")
         sys.exit(EXIT_USAGE)
     except click.Abort:
-        err_console.print("iotrace: aborted", markup=False)
+        say("aborted")
         sys.exit(130)
     except IotraceError as e:
-        err_console.print(f"iotrace: {e.message}", markup=False)
+        say(f"{e.message}")
         sys.exit(e.code)
     except BrokenPipeError:
         sys.exit(0)

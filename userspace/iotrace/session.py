@@ -78,6 +78,7 @@ class Session:
         self._last = (0.0, 0, 0, 0)
         self.convert_error: Optional[str] = None
         self.stopped_tracing = False
+        self.final_write_error: Optional[str] = None
 
     # ---- recorder process -------------------------------------------------
 
@@ -113,6 +114,7 @@ class Session:
         else:
             for pid in procfs.descendants(self.attach_pids[0]):
                 procfs.snapshot_process(self.model, pid, ts)
+        self.writer.write_tables(self.model)  # readable from the start
         self.writer.write_meta()
 
     def _raise_start_error(self) -> None:
@@ -193,12 +195,7 @@ class Session:
                 recs, payloads = read_segment(ev)
                 self.writer.write_events(convert(recs, payloads, self.model))
             except OSError as e:
-                self.convert_error = e.strerror or str(e)
-                if e.errno == errno.ENOSPC:
-                    self.convert_error = "the disk is full"
-                # Stop tracing; in run mode the job runs on.
-                self.signal_recorder(signal.SIGUSR1)
-                self.stopped_tracing = True
+                self._write_failed(e)
                 return
             ev.unlink()
             ev.with_suffix(".str").unlink(missing_ok=True)
@@ -211,9 +208,14 @@ class Session:
             self.writer.write_tables(self.model)
             self.writer.write_meta(drops=self.progress.drops)
         except OSError as e:
-            self.convert_error = e.strerror or str(e)
-            self.signal_recorder(signal.SIGUSR1)
-            self.stopped_tracing = True
+            self._write_failed(e)
+
+    def _write_failed(self, e: OSError) -> None:
+        """The trace cannot be written (disk full...): stop tracing, the job runs on."""
+        full = e.errno == errno.ENOSPC or "No space left" in str(e)
+        self.convert_error = "the disk is full" if full else (e.strerror or str(e))
+        self.signal_recorder(signal.SIGUSR1)
+        self.stopped_tracing = True
 
     def loop(self) -> None:
         """Runs until the recorder ends; converts segments as they close."""
@@ -231,16 +233,33 @@ class Session:
                 last_tables = time.monotonic()
         self.proc.wait()
 
+    def stop_error(self) -> Optional[str]:
+        """Why tracing stopped early, in words, or None."""
+        if self.convert_error:
+            return self.convert_error
+        for e in self.errors:
+            if e.get("error") == "disk-full":
+                return "the disk is full"
+            if e.get("error") == "write-error":
+                return os.strerror(e.get("errno", 0))
+        return None
+
     def finish(self) -> dict:
         """Converts what is left and writes the final tables and meta.json."""
         self._convert_ready()
-        leftovers = sorted(self.spool.glob("*.part"))
+        if self.stop_error():
+            # What is left in the spool cannot be converted: free its space so
+            # that at least the tables and an honest meta.json get written.
+            lost = sum(f.stat().st_size for f in self.spool.glob("*.ev*")) // 96
+            shutil.rmtree(self.spool, ignore_errors=True)
+            self.model.counters["events_lost_unwritten"] = lost
+        leftovers = sorted(self.spool.glob("*.part")) if self.spool.exists() else []
         end = self.end or {}
         counters = dict(self.model.counters)
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "unknown_records")})
         state = "complete"
-        if self.convert_error or end.get("reason") in ("disk-full", "write-error") or not end:
+        if self.stop_error() or not end:
             state = "incomplete"
         meta_updates = dict(
             state=state,
@@ -256,19 +275,18 @@ class Session:
             processes=len(self.model.procs),
             threads=len(self.model.threads),
         )
-        if self.convert_error:
-            meta_updates["error"] = self.convert_error
+        if self.stop_error():
+            meta_updates["error"] = f"stopped tracing early: {self.stop_error()}"
         job = end.get("job_status", -1)
         if self.run_mode and job is not None and job >= 0:
             meta_updates["exit_status"] = {"code": (job >> 8) & 0xFF if not job & 0x7F else None,
                                            "signal": job & 0x7F or None}
-        if not self.convert_error:
-            try:
-                self.writer.write_tables(self.model)
-                self.writer.write_meta(**meta_updates)
-            except OSError as e:
-                self.convert_error = e.strerror or str(e)
-        if not self.convert_error and not leftovers:
+        try:
+            self.writer.write_tables(self.model)
+            self.writer.write_meta(**meta_updates)
+        except OSError as e:
+            self.final_write_error = e.strerror or str(e)
+        if not self.stop_error() and not leftovers:
             shutil.rmtree(self.spool, ignore_errors=True)
         return self.writer.meta
 

@@ -719,8 +719,9 @@ int main(int argc, char **argv)
 		sp.failed = true;
 	if (sp.failed) {
 		stop_reason = sp.err == ENOSPC ? "disk-full" : "write-error";
-		say("stopped tracing: cannot write the spool in %s: %s (the job runs on)",
-		    opt.spool, strerror(sp.err));
+		if (!status_out)  /* under iotrace, iotrace says it */
+			say("stopped tracing: cannot write the spool in %s: %s (the job runs on)",
+			    opt.spool, strerror(sp.err));
 		status("{\"type\":\"error\",\"error\":\"%s\",\"errno\":%d}", stop_reason, sp.err);
 	}
 
