@@ -359,18 +359,25 @@ def progress(msg: str) -> None:
     print(f"  .. {msg}", file=sys.stderr, flush=True)
 
 
+def fmt_ratio(ratio: float) -> str:
+    return f"{ratio:7.3f}x" if ratio < 10 else f"{ratio:7.1f}x"
+
+
 def verdict(ok: bool) -> str:
     return "ok" if ok else "OVER BUDGET"
 
 
 def format_table(cfg: Config, slowdown: list[Variant], rate: dict, system: dict) -> str:
-    rows: list[tuple[str, str, str, str]] = []
+    """The results as a plain-text table: measure, result, budget, verdict."""
+    rows: list[tuple[str, ...]] = [
+        (f"slowdown vs untraced (median of {cfg.reps} interleaved runs; io_size "
+         f"{cfg.io_size}, strace/bpftrace {cfg.slow_io_size})",)]
     for v in slowdown:
         if v.skip_reason:
             rows.append((f"  {v.name}", v.skip_reason, "", ""))
             continue
         ratio = statistics.median(v.ratios)
-        value = f"{statistics.median(v.ns_per_io):7.0f} ns/IO  {ratio:6.2f}x"
+        value = f"{statistics.median(v.ns_per_io):6.0f} ns/IO {fmt_ratio(ratio)}"
         if v.name == "iotrace":
             aim = "aim met" if ratio <= SLOWDOWN_AIM else "aim not met"
             drops = "" if v.drops == 0 else f", {v.drops} drops"
@@ -378,40 +385,50 @@ def format_table(cfg: Config, slowdown: list[Variant], rate: dict, system: dict)
                          f"{verdict(ratio <= SLOWDOWN_BUDGET)} ({aim}{drops})"))
         else:
             rows.append((f"  {v.name}", value, "" if v.name == "untraced" else "reference", ""))
-    rows.append(("system-wide: untraced fio while",
-                 f"{system['during']:7.0f} ns/IO  {system['ratio']:6.2f}x",
-                 f"<= {SYSTEM_WIDE_BUDGET}x", verdict(system["ratio"] <= SYSTEM_WIDE_BUDGET)))
-    rows.append(("  `iotrace run -- sleep` runs",
-                 f"(vs {system['base']:.0f} ns/IO; sleep trace held {system['sleep_events']} events)",
+
+    rows.append((f"system-wide cost for untraced processes (median of {cfg.reps} "
+                 f"interleaved runs)",))
+    rows.append(("  fio, no iotrace running", f"{system['base']:6.0f} ns/IO {fmt_ratio(1)}", "", ""))
+    rows.append(("  fio, iotrace traces a sleep", f"{system['during']:6.0f} ns/IO "
+                 f"{fmt_ratio(system['ratio'])}", f"<= {SYSTEM_WIDE_BUDGET}x",
+                 verdict(system["ratio"] <= SYSTEM_WIDE_BUDGET)))
+    rows.append(("  events in the sleep's trace", f"{system['sleep_events']} (fio not traced)",
                  "", ""))
+
+    rows.append((f"event rate (one iotrace run of fio, {cfg.rate_jobs} job(s) x "
+                 f"{cfg.rate_io_size})",))
     ok_rate = rate["rate"] >= EVENTS_PER_S_BUDGET and rate["drops"] == 0
-    rows.append(("event rate captured",
-                 f"{rate['rate'] / 1e6:7.3f} M events/s, {rate['drops']} drops",
-                 f">= {EVENTS_PER_S_BUDGET / 1e6:.0f} M/s, 0 drops", verdict(ok_rate)))
+    rows.append(("  events / traced wall time", f"{rate['rate'] / 1e6:.3f} M/s, "
+                 f"{rate['drops']} drops", f">= {EVENTS_PER_S_BUDGET / 1e6:.0f} M/s, 0 drops",
+                 verdict(ok_rate)))
+    rows.append(("  events captured", f"{rate['events']} in {rate['wall_s']:.2f} s",
+                 "", ""))
     peak = f"{rate['peak'] / 1e6:.3f} M/s" if rate["peak"] else "n/a"
-    rows.append(("  details",
-                 f"{rate['events']} events in {rate['wall_s']:.2f} s traced wall; busiest 0.25 s "
-                 f"{peak}; fio {cfg.rate_jobs} job(s): {rate['offered'] / 1e6:.3f} M IOPS "
-                 f"untraced, {rate['traced_iops'] / 1e6:.3f} M traced", "", ""))
+    rows.append(("  busiest 0.25 s of the trace", peak, "", ""))
+    rows.append(("  fio IOPS untraced / traced", f"{rate['offered'] / 1e6:.3f} M / "
+                 f"{rate['traced_iops'] / 1e6:.3f} M", "", ""))
+
+    rows.append(("trace size (same run)",))
     bpe = rate["parquet_bytes"] / rate["events"]
-    rows.append(("Parquet size", f"{bpe:7.2f} bytes/event",
-                 f"<= {BYTES_PER_EVENT_BUDGET:.0f} B/event", verdict(bpe <= BYTES_PER_EVENT_BUDGET)))
+    rows.append(("  Parquet bytes per event", f"{bpe:.2f}",
+                 f"<= {BYTES_PER_EVENT_BUDGET:.0f}", verdict(bpe <= BYTES_PER_EVENT_BUDGET)))
 
     head = ("measure", "result", "budget", "verdict")
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(4)]
-    widths[1] = min(widths[1], 40)   # long detail lines may overflow their column
+    cells = [r for r in rows if len(r) == 4] + [head]
+    widths = [max(len(r[i]) for r in cells) for i in range(4)]
 
     def line(r):
+        if len(r) == 1:   # a section heading
+            return r[0]
         return "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
 
-    title = (f"slowdown: fio psync 4 KiB random reads from the page cache, time per I/O "
-             f"from fio's JSON, median of {cfg.reps} interleaved runs\n"
-             f"(io_size {cfg.io_size}; strace and bpftrace {cfg.slow_io_size}; event rate "
-             f"{cfg.rate_jobs} x {cfg.rate_io_size})")
-    body = [line(head), line(tuple("-" * w for w in widths))]
-    body.append("slowdown vs untraced")
-    body += [line(r) for r in rows]
-    return title + "\n\n" + "\n".join(body)
+    out = [line(head), line(tuple("-" * w for w in widths))]
+    for r in rows:
+        if len(r) == 1 and len(out) > 2:
+            out.append("")
+        out.append(line(r))
+    return ("workload: fio psync 4 KiB random reads of a 256 MiB file in the page cache; "
+            "time per I/O\nfrom fio's JSON (tracer start-up excluded)\n\n" + "\n".join(out))
 
 
 def machine_header() -> str:
@@ -443,7 +460,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="fewer repetitions and smaller runs (about a minute)")
     ap.add_argument("--reps", type=int, help="repetitions of the interleaved runs "
-                    "(default 5, 2 with --quick)")
+                    "(default 5, 3 with --quick)")
     ap.add_argument("--dir", default="/tmp", help="where to put the 256 MiB data file "
                     "and the traces (default /tmp; removed afterwards)")
     return ap.parse_args(argv)
@@ -464,14 +481,14 @@ def main(argv: list[str]) -> int:
     dir_ = Path(args.dir)
     try:
         check_environment(dir_)
-        reps = args.reps or (2 if args.quick else 5)
+        reps = args.reps or (3 if args.quick else 5)
         if reps < 1:
             raise BenchError("--reps must be at least 1")
         with tempfile.TemporaryDirectory(prefix="iotrace-bench-", dir=dir_) as tmp:
             cfg = Config(reps=reps,
-                         io_size="512M" if args.quick else "2G",
-                         slow_io_size="16M" if args.quick else "64M",
-                         rate_io_size="1G" if args.quick else "4G",
+                         io_size="1G" if args.quick else "4G",
+                         slow_io_size="32M" if args.quick else "128M",
+                         rate_io_size="2G" if args.quick else "8G",
                          rate_jobs=os.cpu_count() or 1,
                          workdir=Path(tmp))
             header = machine_header()
@@ -479,14 +496,14 @@ def main(argv: list[str]) -> int:
             slowdown = measure_slowdown(cfg, datafile)
             system = measure_system_wide(cfg, datafile)
             rate = measure_event_rate(cfg, datafile)
-        text = header + "\n" + format_table(cfg, slowdown, rate, system)
+        text = header + "\n\n" + format_table(cfg, slowdown, rate, system)
     except BenchError as e:
         print(f"overhead.py: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("overhead.py: interrupted", file=sys.stderr)
         return 130
-    print(text)
+    print(text, flush=True)
     write_results(text)
     print(f"\n(written to {RESULTS_FILE.relative_to(BENCH_DIR.parent)})")
     return 0

@@ -82,7 +82,6 @@ class Model:
         self.counters = {
             "unresolved_paths": 0,     # relative path with unknown cwd/dirfd
             "unknown_processes": 0,    # events of a pid never announced
-            "munmap_unresolved": 0,    # munmap of a range we saw no mmap for
         }
 
     # ---- processes --------------------------------------------------------
@@ -269,10 +268,8 @@ class Model:
                     if start <= addr < start + length:
                         hit = (length, fid)
                         break
-            if hit is None:
-                self.counters["munmap_unresolved"] += 1
-                return None, None, -2
-            return None, None, hit[1]
+            # No file mapping there: anonymous memory (or mapped before the trace).
+            return None, None, (hit[1] if hit else -2)
         if s1 is not None:  # stat family, unlink, mkdir, rmdir
             return self.resolve(p, dirfd, s1, flags), None, -2
         return None, None, -2

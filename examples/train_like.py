@@ -1,0 +1,78 @@
+"""A small training-like job: a data loader with worker processes reading
+.npz samples, a training loop, and a checkpoint written every few steps.
+
+    python examples/train_like.py --data DIR [--steps 40] [--workers 2]
+                                  [--ckpt-every 20] [--ckpt-mb 16]
+
+The dataset is made on first use (not traced: run --prepare-only first)."""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import time
+
+import numpy as np
+
+SAMPLES = 48
+SAMPLE_FLOATS = 256 * 1024   # 1 MiB of float32 per sample
+
+
+def prepare(data: str) -> None:
+    os.makedirs(data, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(SAMPLES):
+        path = os.path.join(data, f"sample_{i:04d}.npz")
+        if not os.path.exists(path):
+            np.savez(path, x=rng.random(SAMPLE_FLOATS, dtype=np.float32), y=np.int64(i % 10))
+
+
+def load_sample(path: str) -> float:
+    """What a Dataset.__getitem__ does: np.load an .npz and touch the arrays."""
+    with np.load(path) as z:
+        return float(z["x"][:16].sum()) + float(z["y"])
+
+
+def checkpoint(path: str, step: int, mb: int) -> None:
+    state = np.full(mb * 1024 * 1024 // 4, step, dtype=np.float32)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, state)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--ckpt-every", type=int, default=20)
+    ap.add_argument("--ckpt-mb", type=int, default=16)
+    ap.add_argument("--prepare-only", action="store_true")
+    args = ap.parse_args()
+    prepare(args.data)
+    if args.prepare_only:
+        return
+    files = sorted(os.path.join(args.data, f) for f in os.listdir(args.data)
+                   if f.endswith(".npz"))
+    order = [random.Random(step).choice(files)
+             for step in range(args.steps * args.batch)]
+    ckpt = os.path.join(args.data, "checkpoint.npy")
+    with mp.get_context("fork").Pool(args.workers) as pool:
+        batches = pool.imap(load_sample, order, chunksize=args.batch)
+        for step in range(1, args.steps + 1):
+            for _ in range(args.batch):
+                next(batches)
+            time.sleep(0.005)                    # the "GPU" step
+            if step % args.ckpt_every == 0:
+                checkpoint(ckpt, step, args.ckpt_mb)
+    print(f"trained {args.steps} steps on {len(files)} samples, "
+          f"{args.steps // args.ckpt_every} checkpoints")
+
+
+if __name__ == "__main__":
+    main()
