@@ -72,7 +72,13 @@ struct inflight {
 	__u64 lock_ts;
 	__u64 lock_addr;
 	__u32 lock_flags;
-	__u32 pad;
+	/* identity of the last inode seen by this thread (see fd_identity) */
+	__u32 c_dev;
+	__u64 c_inode;
+	__u64 c_ino;
+	__u32 c_magic;
+	__u16 c_imode;
+	__u16 pad2;
 };
 
 struct {
@@ -134,7 +140,13 @@ static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 	return f;
 }
 
-/* Fills the file identity of fd (and its position when want_pos). */
+/*
+ * Fills the file identity of fd (and its position when want_pos).
+ * Loops of reads hit the same file: the identity of the last inode is cached
+ * per thread. The open file holds a reference on its inode, so while we look
+ * at the file, an inode pointer equal to the cached one is the same live
+ * inode, whose number and superblock never change.
+ */
 static __always_inline void fd_identity(struct task_struct *task, int fd,
 					struct inflight *st, bool want_pos)
 {
@@ -147,13 +159,25 @@ static __always_inline void fd_identity(struct task_struct *task, int fd,
 		return;
 	}
 	inode = BPF_CORE_READ(f, f_inode);
+	if (want_pos)
+		st->pos = BPF_CORE_READ(f, f_pos);
+	if (inode && (__u64)inode == st->c_inode) {
+		st->ino = st->c_ino;
+		st->imode = st->c_imode;
+		st->dev = st->c_dev;
+		st->magic = st->c_magic;
+		return;
+	}
 	sb = BPF_CORE_READ(inode, i_sb);
 	st->ino = BPF_CORE_READ(inode, i_ino);
 	st->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
 	st->dev = BPF_CORE_READ(sb, s_dev);
 	st->magic = BPF_CORE_READ(sb, s_magic);
-	if (want_pos)
-		st->pos = BPF_CORE_READ(f, f_pos);
+	st->c_inode = (__u64)inode;
+	st->c_ino = st->ino;
+	st->c_imode = st->imode;
+	st->c_dev = st->dev;
+	st->c_magic = st->magic;
 }
 
 /* ---- syscall entry ---------------------------------------------------- */
@@ -554,13 +578,12 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 	id = regs->orig_ax;
 	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
 		return 0;
-	pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_traced(pid_tgid >> 32))
-		return 0;
+	/* Only a traced thread has entry state: no need for the traced map. */
 	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
 	if (!st || !st->op || st->op != sys_op[id])
 		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
 
 	p1 = path_args(st->op, &p2);

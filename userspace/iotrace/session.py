@@ -256,6 +256,9 @@ class Session:
         leftovers = sorted(self.spool.glob("*.part")) if self.spool.exists() else []
         end = self.end or {}
         counters = dict(self.model.counters)
+        # files seen only through an fd whose open we never saw (no path known)
+        counters["files_without_path"] = sum(1 for f in self.model.files.values()
+                                             if f.path is None)
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "unknown_records")})
         state = "complete"
