@@ -114,7 +114,8 @@ def test_sigterm_stops_job_and_detaches(started):
 
 def test_kill_9_of_iotrace_detaches_and_job_runs_on(started):
     tracer, recorder, job, ids, base, out = started
-    time.sleep(1.5)   # let a segment or two be written
+    # let a segment be converted (they close every second)
+    assert wait_for(lambda: list((out / "events").glob("part-*.parquet")), 30)
     tracer.kill()
     tracer.wait()
     assert wait_for(lambda: not alive(recorder), 30), "recorder outlived iotrace"
