@@ -14,11 +14,12 @@ It measures:
 
 1. Slowdown. For each repetition, one run each of: fio untraced, fio under
    `iotrace run`, fio under `strace -f -o /dev/null`, and fio untraced while a
-   bpftrace script prints one line per pread64 of comm "fio". The order is
+   bpftrace script writes one line per pread64 of comm "fio" to a file (it is
+   started first and given a second after it reports "Attaching"). The order is
    rotated from one repetition to the next (interleaving, so that drift in the
    machine's load hits every variant alike). Reported: the median time per I/O
    of each variant and the median over repetitions of (variant / untraced of
-   the same repetition). strace and bpftrace are ~20x slower, so they do fewer
+   the same repetition). strace and bpftrace are 10-50x slower, so they do fewer
    I/Os; the ratio is per I/O, so that does not matter.
 2. Event rate. One `iotrace run` of fio with one job per CPU and a larger
    io_size: events captured / traced wall time (meta.json duration_ns), the
@@ -404,7 +405,7 @@ def format_table(cfg: Config, slowdown: list[Variant], rate: dict, system: dict)
                  f"{cfg.rate_io_size})",))
     ok_rate = rate["rate"] >= EVENTS_PER_S_BUDGET and rate["drops"] == 0
     rows.append(("  events / traced wall time", f"{rate['rate'] / 1e6:.3f} M/s, "
-                 f"{rate['drops']} drops", f">= {EVENTS_PER_S_BUDGET / 1e6:.0f} M/s, 0 drops",
+                 f"drops {rate['drops']}", f">= {EVENTS_PER_S_BUDGET / 1e6:.0f} M/s, 0 drops",
                  verdict(ok_rate)))
     rows.append(("  events captured", f"{rate['events']} in {rate['wall_s']:.2f} s",
                  "", ""))

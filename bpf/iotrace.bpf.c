@@ -24,6 +24,7 @@
 #endif
 
 #define AT_FDCWD_ -100
+#define AT_EMPTY_PATH_ 0x1000
 #define MAP_ANONYMOUS_ 0x20
 #define F_DUPFD_ 0
 #define F_DUPFD_CLOEXEC_ 1030
@@ -72,13 +73,7 @@ struct inflight {
 	__u64 lock_ts;
 	__u64 lock_addr;
 	__u32 lock_flags;
-	/* identity of the last inode seen by this thread (see fd_identity) */
-	__u32 c_dev;
-	__u64 c_inode;
-	__u64 c_ino;
-	__u32 c_magic;
-	__u16 c_imode;
-	__u16 pad2;
+	__u32 pad;
 };
 
 struct {
@@ -104,6 +99,15 @@ struct {
 /* Live traced processes; the recorder stops when the job and this reach 0. */
 __s64 live_procs = 0;
 
+/*
+ * Pre-filter in front of the traced map: a byte per tgid bucket, set when a
+ * tgid of that bucket is traced (never cleared: a stale byte only costs a map
+ * lookup). Every syscall of every process on the machine passes here, so
+ * untraced processes pay one memory load instead of a hash lookup.
+ */
+#define IOT_BUCKETS 65536
+__u8 maybe_traced[IOT_BUCKETS] = {};
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -111,9 +115,14 @@ static __always_inline void count(__u32 idx)
 		(*v)++;
 }
 
+static __always_inline bool maybe(__u32 tgid)
+{
+	return maybe_traced[tgid & (IOT_BUCKETS - 1)];
+}
+
 static __always_inline bool is_traced(__u32 tgid)
 {
-	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+	return maybe(tgid) && bpf_map_lookup_elem(&traced, &tgid) != NULL;
 }
 
 static __always_inline __u64 rb_flags(void)
@@ -141,43 +150,66 @@ static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 }
 
 /*
- * Fills the file identity of fd (and its position when want_pos).
- * Loops of reads hit the same file: the identity of the last inode is cached
- * per thread. The open file holds a reference on its inode, so while we look
- * at the file, an inode pointer equal to the cached one is the same live
- * inode, whose number and superblock never change.
+ * Reading fields one helper call at a time is what costs most per event. The
+ * fields we need of a struct file, inode and super_block sit within their
+ * first SPAN bytes, so each struct is copied with one call and the fields
+ * are taken at their CO-RE-relocated offsets. A kernel whose layout does not
+ * fit falls back to one read per field (the verifier prunes the other path).
  */
+#define SPAN 128
+
+#define FITS(type, field) \
+	(bpf_core_field_offset(type, field) + bpf_core_field_size(type, field) <= SPAN && \
+	 bpf_core_type_size(type) >= SPAN)
+
+#define AT(buf, type, field, ctype) \
+	(*(ctype *)((char *)(buf) + bpf_core_field_offset(type, field)))
+
+/* Fills the file identity of fd (and its position when want_pos). */
 static __always_inline void fd_identity(struct task_struct *task, int fd,
 					struct inflight *st, bool want_pos)
 {
 	struct file *f = fd_file(task, fd);
 	struct inode *inode;
 	struct super_block *sb;
+	__u64 buf[SPAN / 8];
 
 	if (!f) {
 		st->eflags |= IOT_EF_NO_FILE;
 		return;
 	}
-	inode = BPF_CORE_READ(f, f_inode);
-	if (want_pos)
-		st->pos = BPF_CORE_READ(f, f_pos);
-	if (inode && (__u64)inode == st->c_inode) {
-		st->ino = st->c_ino;
-		st->imode = st->c_imode;
-		st->dev = st->c_dev;
-		st->magic = st->c_magic;
-		return;
+	if (FITS(struct file, f_inode) && FITS(struct file, f_pos)) {
+		bpf_probe_read_kernel(buf, SPAN, f);
+		inode = AT(buf, struct file, f_inode, struct inode *);
+		if (want_pos)
+			st->pos = AT(buf, struct file, f_pos, __s64);
+	} else {
+		inode = BPF_CORE_READ(f, f_inode);
+		if (want_pos)
+			st->pos = BPF_CORE_READ(f, f_pos);
 	}
-	sb = BPF_CORE_READ(inode, i_sb);
-	st->ino = BPF_CORE_READ(inode, i_ino);
-	st->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
-	st->dev = BPF_CORE_READ(sb, s_dev);
-	st->magic = BPF_CORE_READ(sb, s_magic);
-	st->c_inode = (__u64)inode;
-	st->c_ino = st->ino;
-	st->c_imode = st->imode;
-	st->c_dev = st->dev;
-	st->c_magic = st->magic;
+	if (!inode)
+		return;
+	if (FITS(struct inode, i_mode) && FITS(struct inode, i_sb) && FITS(struct inode, i_ino)) {
+		bpf_probe_read_kernel(buf, SPAN, inode);
+		st->imode = AT(buf, struct inode, i_mode, __u16) & S_IFMT_;
+		st->ino = AT(buf, struct inode, i_ino, __u64);
+		sb = AT(buf, struct inode, i_sb, struct super_block *);
+	} else {
+		st->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
+		st->ino = BPF_CORE_READ(inode, i_ino);
+		sb = BPF_CORE_READ(inode, i_sb);
+	}
+	if (!sb)
+		return;
+	if (FITS(struct super_block, s_dev) && FITS(struct super_block, s_magic)) {
+		bpf_probe_read_kernel(buf, SPAN, sb);
+		st->dev = AT(buf, struct super_block, s_dev, __u32);
+		st->magic = AT(buf, struct super_block, s_magic, __u32);
+	} else {
+		st->dev = BPF_CORE_READ(sb, s_dev);
+		st->magic = BPF_CORE_READ(sb, s_magic);
+	}
 }
 
 /* ---- syscall entry ---------------------------------------------------- */
@@ -253,6 +285,14 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 		break;
 	case IOT_MMAP:
 		fd_identity(task, a[4], st, false);
+		break;
+	case IOT_NEWFSTATAT:   /* glibc's fstat: newfstatat(fd, "", AT_EMPTY_PATH) */
+		if (a[3] & AT_EMPTY_PATH_)
+			fd_identity(task, a[0], st, false);
+		break;
+	case IOT_STATX:
+		if (a[2] & AT_EMPTY_PATH_)
+			fd_identity(task, a[0], st, false);
 		break;
 	case IOT_COPY_FILE_RANGE:
 		fd_identity(task, a[0], st, true);
@@ -392,7 +432,7 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	case IOT_DUP2: case IOT_DUP3:
 		e->fd = a[0];
 		e->arg = a[1];
-		e->flags = a[2];
+		e->flags = op == IOT_DUP3 ? a[2] : 0;
 		break;
 	case IOT_FCNTL:
 		e->fd = a[0];
@@ -483,8 +523,16 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	case IOT_NEWFSTATAT:
 		e->dirfd = a[0];
 		e->flags = a[3];
+		if (a[3] & AT_EMPTY_PATH_)
+			e->fd = a[0];
 		break;
-	case IOT_STATX: case IOT_UNLINKAT:
+	case IOT_STATX:
+		e->dirfd = a[0];
+		e->flags = a[2];
+		if (a[2] & AT_EMPTY_PATH_)
+			e->fd = a[0];
+		break;
+	case IOT_UNLINKAT:
 		e->dirfd = a[0];
 		e->flags = a[2];
 		break;
@@ -579,6 +627,8 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
 		return 0;
 	/* Only a traced thread has entry state: no need for the traced map. */
+	if (!maybe(bpf_get_current_pid_tgid() >> 32))
+		return 0;
 	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
 	if (!st || !st->op || st->op != sys_op[id])
@@ -705,6 +755,7 @@ int BPF_PROG(iot_fork, struct task_struct *parent, struct task_struct *child)
 	if (!is_traced(ptgid))
 		return 0;
 	if (ctgid != ptgid) {
+		maybe_traced[ctgid & (IOT_BUCKETS - 1)] = 1;
 		if (bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY)) {
 			count(IOT_CNT_TRACED_FULL);
 			return 0;

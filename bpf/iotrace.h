@@ -84,8 +84,7 @@ struct iot_event {
 
 /* Counters the BPF side keeps per CPU (index into the counters map). */
 enum iot_counter {
-	IOT_CNT_EVENTS = 0,     /* records written */
-	IOT_CNT_DROPS,          /* records lost: ring buffer full */
+	IOT_CNT_DROPS = 0,      /* records lost: ring buffer full */
 	IOT_CNT_PATH_TRUNC,     /* payloads cut at their cap */
 	IOT_CNT_NO_STORAGE,     /* entry state could not be stored (task storage full) */
 	IOT_CNT_TRACED_FULL,    /* new process not followed: traced map full */

@@ -122,20 +122,25 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
         if fid != -2:
             overrides[int(i)] = fid
 
-    # file_id for every event on a regular file: (dev, ino) -> id, per unique pair.
-    regular = ((recs["imode"].astype(np.int32) & S_IFMT) == S_IFREG) & (recs["ino"] != 0)
-    if regular.any():
-        keys = np.empty(n, dtype=[("dev", "<u8"), ("ino", "<u8")])
-        keys["dev"] = recs["dev"]
-        keys["ino"] = recs["ino"]
-        sel = np.flatnonzero(regular)
-        uniq, first, inverse = np.unique(keys[sel], return_index=True, return_inverse=True)
-        ids = np.empty(len(uniq), dtype=np.int64)
-        for j, (dev, ino) in enumerate(uniq.tolist()):
-            row = recs[sel[first[j]]]
-            ids[j] = model.file_id(dev, ino, int(row["imode"]), int(row["fs_magic"]),
-                                   model.fd_path(int(row["pid"]), int(row["fd"])))
-        file_id[sel] = ids[inverse.ravel()]
+    # file_id for every event on a regular file: (dev, ino) -> id. Consecutive
+    # events mostly hit the same file, so only the heads of runs are looked up.
+    sel = np.flatnonzero(((recs["imode"] & S_IFMT) == S_IFREG) & (recs["ino"] != 0))
+    if len(sel):
+        dev, ino = recs["dev"][sel], recs["ino"][sel]
+        heads = np.flatnonzero(np.concatenate(
+            ([True], (dev[1:] != dev[:-1]) | (ino[1:] != ino[:-1]))))
+        run_ids = np.empty(len(heads), dtype=np.int64)
+        cache: dict[tuple[int, int], int] = {}
+        for j, h in enumerate(heads.tolist()):
+            key = (int(dev[h]), int(ino[h]))
+            fid = cache.get(key)
+            if fid is None:
+                row = recs[sel[h]]
+                fid = cache[key] = model.file_id(
+                    key[0], key[1], int(row["imode"]), int(row["fs_magic"]),
+                    model.fd_path(int(row["pid"]), int(row["fd"])))
+            run_ids[j] = fid
+        file_id[sel] = np.repeat(run_ids, np.diff(np.append(heads, len(sel))))
     for i, fid in overrides.items():
         file_id[i] = fid
 
@@ -160,7 +165,7 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
         "path2": _dict_column(path2_idx, path_values),
         "eflags": recs["eflags"].astype(np.int16),
     }, schema=EVENTS_SCHEMA)
-    order = np.argsort(recs["ts_ns"], kind="stable")
-    if n and not (order == np.arange(n)).all():
-        table = table.take(pa.array(order))
+    ts = recs["ts_ns"]
+    if n > 1 and not (ts[1:] >= ts[:-1]).all():
+        table = table.take(pa.array(np.argsort(ts, kind="stable")))
     return table

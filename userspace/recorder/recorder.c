@@ -277,6 +277,7 @@ static int add_traced(struct iotrace_bpf *skel, pid_t pid)
 	__u32 key = pid;
 	__u8 one = 1;
 
+	skel->bss->maybe_traced[pid & (sizeof(skel->bss->maybe_traced) - 1)] = 1;
 	if (bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &key, &one, BPF_NOEXIST))
 		return errno == EEXIST ? 0 : -1;
 	__sync_fetch_and_add(&skel->bss->live_procs, 1);
