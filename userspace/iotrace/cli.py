@@ -127,6 +127,15 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user) -> d
     return meta
 
 
+def start_or_clean_up(session: Session) -> None:
+    """Starts tracing; if it cannot start, leaves no half-made directory."""
+    try:
+        session.start()
+    except IotraceError:
+        shutil.rmtree(session.out, ignore_errors=True)
+        raise
+
+
 def recorder_tuning(ringbuf_mb: int) -> list[str]:
     return ["--ringbuf-mb", str(ringbuf_mb)]
 
@@ -151,8 +160,15 @@ def cli() -> None:
     """
 
 
+def _power_of_two(ctx, param, value: int) -> int:
+    if value & (value - 1):
+        raise click.BadParameter(f"{value} is not a power of two (try 32, 64, 128...)")
+    return value
+
+
 ringbuf_option = click.option(
     "--ringbuf-mb", default=64, show_default=True, type=click.IntRange(1, 4096),
+    callback=_power_of_two,
     help="Ring buffer size (a power of two). Larger buffers absorb longer bursts "
          "before events are dropped.")
 
@@ -205,7 +221,7 @@ def run(out, force, quiet, ringbuf_mb, command) -> None:
                                       "user": user.name if user else None})
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
-                      run_mode=True, env=env)
+                      run_mode=True, env=env, owner=(user.uid, user.gid) if user else None)
 
     presses = {"n": 0}
 
@@ -221,7 +237,7 @@ def run(out, force, quiet, ringbuf_mb, command) -> None:
 
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigterm)
-    session.start()
+    start_or_clean_up(session)
     finish_session(session, status, quiet, user)
     code = session.job_exit_code()
     if session.exec_errno:
@@ -260,22 +276,25 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb) -> None:
         comm = str(pid)
     user = invoking_user()
     outdir = prepare_outdir(out, comm, force)
+    if user:
+        os.chown(outdir, user.uid, user.gid)
     args = recorder_tuning(ringbuf_mb) + ["--pid", str(pid)]
     if duration:
-        args += ["--duration", str(max(1, round(duration)))]
+        args += ["--duration", str(duration)]
     from .tracedir import base_meta
     meta = base_meta(None, "attach", {"pid": pid, "duration_s": duration,
                                       "ringbuf_mb": ringbuf_mb})
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
-                      run_mode=False, attach_pids=[pid])
+                      run_mode=False, attach_pids=[pid],
+                      owner=(user.uid, user.gid) if user else None)
 
     def on_stop(signum, frame):
         session.signal_recorder(signal.SIGINT)
 
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGTERM, on_stop)
-    session.start()
+    start_or_clean_up(session)
     meta = finish_session(session, status, quiet, user)
     sys.exit(EXIT_TRACE if meta.get("state") != "complete" else 0)
 

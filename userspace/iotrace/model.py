@@ -126,7 +126,9 @@ class Model:
 
     # ---- paths ------------------------------------------------------------
 
-    def resolve(self, p: Process, dirfd: int, path: str, flags: int = 0) -> str:
+    def resolve(self, p: Process, dirfd: int, path: str, flags: int = 0) -> Optional[str]:
+        """Absolute path of `path` as a call with `dirfd` saw it. `flags` are
+        the call's AT_* flags (never open flags: O_DSYNC == AT_EMPTY_PATH)."""
         if path.startswith("/"):
             return os.path.normpath(path) if path != "/" else "/"
         if dirfd == AT_FDCWD:
@@ -135,9 +137,8 @@ class Model:
             e = p.fds.get(dirfd)
             base = e.path if e else None
         if path == "" and (flags & AT_EMPTY_PATH):
-            if base is None:
-                self.counters["unresolved_paths"] += 1
-                return f"<fd {dirfd}>"
+            # fstat through newfstatat(fd, "", AT_EMPTY_PATH): the event has
+            # the fd and its file's identity; the path only when we know it
             return base
         if base is None:
             self.counters["unresolved_paths"] += 1
@@ -211,7 +212,7 @@ class Model:
         fd = int(e["fd"])
 
         if op in (OP["open"], OP["openat"], OP["openat2"], OP["creat"]):
-            path = self.resolve(p, dirfd, s1 or "", flags)
+            path = self.resolve(p, dirfd, s1 or "")
             fid = -2
             if ret >= 0:
                 p.fds[ret] = FdEntry(path, bool(flags & O_CLOEXEC))

@@ -63,12 +63,13 @@ class Session:
     run_mode: bool = True
     attach_pids: list[int] = field(default_factory=list)
     env: Optional[dict] = None
+    owner: Optional[tuple[int, int]] = None
 
     def __post_init__(self) -> None:
         self.spool = self.out / ".spool"
         self.spool.mkdir(parents=True, exist_ok=True)
         self.model = Model()
-        self.writer = TraceWriter(self.out, self.meta)
+        self.writer = TraceWriter(self.out, self.meta, self.owner)
         self.ready: Optional[dict] = None
         self.end: Optional[dict] = None
         self.errors: list[dict] = []
@@ -102,7 +103,7 @@ class Session:
             self.proc.wait()
             self._raise_start_error()
         self.meta["start_monotonic_ns"] = self.ready["monotonic_ns"]
-        self.meta["start_realtime_s"] = self.ready["realtime_s"]
+        self.meta["start_realtime_ns"] = self.ready["realtime_ns"]
         self.meta["probes"] = {"attached": self.ready["attached"],
                                "skipped": self.ready["skipped"]}
         self.meta["root_pid"] = self.ready["pid"]
@@ -262,7 +263,7 @@ class Session:
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "unknown_records")})
         state = "complete"
-        if self.stop_error() or not end:
+        if self.stop_error() or not end or end.get("reason") == "error":
             state = "incomplete"
         meta_updates = dict(
             state=state,

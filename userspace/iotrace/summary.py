@@ -8,6 +8,9 @@ from rich.table import Table
 
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
 
+# Per file, copies count as reads of their input file (file_id is the input).
+FILE_WRITE_OPS_SQL = "('write','pwrite64','writev','pwritev','pwritev2')"
+
 
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -48,7 +51,8 @@ def summarize(t: Trace, top: int = 5) -> Summary:
     top_files = t.con.execute(f"""
         select f.path,
                coalesce(sum(e.ret) filter (where e.op in {READ_OPS_SQL} and e.ret > 0), 0) as rd,
-               coalesce(sum(e.ret) filter (where e.op in {WRITE_OPS_SQL} and e.ret > 0), 0) as wr,
+               coalesce(sum(e.ret) filter (where e.op in {FILE_WRITE_OPS_SQL} and e.ret > 0), 0)
+                   as wr,
                count(*) as calls
         from events e join files f using (file_id)
         group by f.path order by rd + wr desc, calls desc limit {int(top)}""").fetchall()

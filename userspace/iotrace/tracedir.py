@@ -158,10 +158,12 @@ def base_meta(command: Optional[list[str]], mode: str, options: dict) -> dict:
 class TraceWriter:
     """Owns a trace directory while it is being recorded."""
 
-    def __init__(self, root: Path, meta: dict) -> None:
+    def __init__(self, root: Path, meta: dict, owner: Optional[tuple[int, int]] = None) -> None:
         self.root = root
+        self.owner = owner   # (uid, gid) that files are handed to as written (sudo)
         self.events_dir = root / "events"
         self.events_dir.mkdir(parents=True, exist_ok=True)
+        self._own(self.events_dir)
         self.meta = meta
         self.mounts = mount_table()
         self.events = 0
@@ -175,14 +177,21 @@ class TraceWriter:
         tmp = path.with_name(path.name + ".tmp")
         pq.write_table(table, tmp, **EVENT_WRITE_OPTS)
         os.replace(tmp, path)
+        self._own(path)
         self.parts += 1
         self.events += table.num_rows
         self.bytes += path.stat().st_size
 
+    def _own(self, path: Path) -> None:
+        if self.owner:
+            os.chown(path, *self.owner)
+
     def write_tables(self, model: Model) -> None:
-        atomic_write_table(files_table(model, self.mounts), self.root / "files.parquet")
-        atomic_write_table(processes_table(model), self.root / "processes.parquet")
-        atomic_write_table(threads_table(model), self.root / "threads.parquet")
+        for name, table in (("files", files_table(model, self.mounts)),
+                            ("processes", processes_table(model)),
+                            ("threads", threads_table(model))):
+            atomic_write_table(table, self.root / f"{name}.parquet")
+            self._own(self.root / f"{name}.parquet")
 
     def write_meta(self, **updates: Any) -> None:
         self.meta.update(updates)
@@ -190,3 +199,4 @@ class TraceWriter:
         self.meta["event_parts"] = self.parts
         self.meta["events_parquet_bytes"] = self.bytes
         atomic_write_json(self.meta, self.root / "meta.json")
+        self._own(self.root / "meta.json")

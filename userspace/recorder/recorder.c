@@ -49,7 +49,7 @@ struct options {
 	int status_fd;
 	int rotate_ms;
 	int ringbuf_mb;
-	int duration_s;
+	double duration_s;
 	bool check;
 	bool verbose;
 	pid_t pids[64];
@@ -449,7 +449,7 @@ static int parse_args(int argc, char **argv)
 		case 'S': opt.status_fd = atoi(optarg); break;
 		case 'r': opt.rotate_ms = atoi(optarg); break;
 		case 'b': opt.ringbuf_mb = atoi(optarg); break;
-		case 'd': opt.duration_s = atoi(optarg); break;
+		case 'd': opt.duration_s = strtod(optarg, NULL); break;
 		case 'c': opt.check = true; break;
 		case 'v': opt.verbose = true; break;
 		case 'h': usage(stdout); exit(0);
@@ -621,11 +621,15 @@ int main(int argc, char **argv)
 		}
 		add_descendants(skel);
 	}
+	/* The two clocks read back to back: wall time of any ts_ns is
+	 * realtime_ns + (ts_ns - monotonic_ns). */
+	struct timespec rt;
 	t0 = now_ns();
-	status("{\"type\":\"ready\",\"pid\":%d,\"monotonic_ns\":%llu,\"realtime_s\":%ld,"
+	clock_gettime(CLOCK_REALTIME, &rt);
+	status("{\"type\":\"ready\",\"pid\":%d,\"monotonic_ns\":%llu,\"realtime_ns\":%llu,"
 	       "\"attached\":%s,\"skipped\":%s}",
-	       opt.cmd ? child_pid : opt.pids[0], (unsigned long long)t0, (long)time(NULL),
-	       attached, skipped);
+	       opt.cmd ? child_pid : opt.pids[0], (unsigned long long)t0,
+	       (unsigned long long)rt.tv_sec * 1000000000ull + rt.tv_nsec, attached, skipped);
 
 	if (opt.cmd) {
 		/* Tracing is on: let the job go, then learn whether exec worked. */
@@ -685,7 +689,7 @@ int main(int argc, char **argv)
 			stop_reason = "exited";
 			break;
 		}
-		if (opt.duration_s && now - t0 >= (__u64)opt.duration_s * 1000000000ull) {
+		if (opt.duration_s > 0 && now - t0 >= (__u64)(opt.duration_s * 1e9)) {
 			stop_reason = "duration";
 			break;
 		}
