@@ -149,3 +149,12 @@ def test_not_a_trace(tmp_path):
     res = iotrace_cmd("summary", str(tmp_path / "nothing"))
     assert res.returncode == 4
     one_line(res.stderr)
+
+
+@needs_root()
+def test_doctor_lists_every_probe():
+    res = iotrace_cmd("doctor")
+    assert res.returncode == 0, res.stdout + res.stderr
+    for probe in ("privileges", "kernel", "BTF", "syscalls (sys_enter)", "process fork",
+                  "process exit", "tracing works"):
+        assert probe in res.stdout

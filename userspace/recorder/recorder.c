@@ -737,13 +737,18 @@ int main(int argc, char **argv)
 			;
 		job_status = st;
 	}
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
 	status("{\"type\":\"end\",\"reason\":\"%s\",\"elapsed_ns\":%llu,\"events\":%llu,"
+	       "\"cpu_s\":%.3f,"
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 	       "\"path_truncated\":%llu,\"no_storage\":%llu,\"traced_full\":%llu,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
-	       (unsigned long long)tot.events, (unsigned long long)tot.bytes_read,
+	       (unsigned long long)tot.events,
+	       ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6, (unsigned long long)tot.bytes_read,
 	       (unsigned long long)tot.bytes_written,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PATH_TRUNC),
