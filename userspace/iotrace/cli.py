@@ -160,6 +160,85 @@ def cli() -> None:
     """
 
 
+def targets_from(target_read, target_write, gpus, per_gpu):
+    from .analyzers.base import Targets
+    from .analyzers.rates import parse_rate
+
+    def rate(opt, text):
+        if text is None:
+            return None
+        try:
+            return parse_rate(text)
+        except ValueError as e:
+            fail(f"{opt}: {e}")
+
+    t = Targets(read_bps=rate("--target-read", target_read),
+                write_bps=rate("--target-write", target_write),
+                gpus=gpus, per_gpu_bps=rate("--per-gpu", per_gpu))
+    if (gpus is None) != (per_gpu is None):
+        fail("--gpus and --per-gpu go together: e.g. --gpus 8 --per-gpu 1GiB/s")
+    if gpus is not None:
+        if target_read:
+            fail("give either --target-read or --gpus/--per-gpu, not both")
+        t.read_bps = gpus * t.per_gpu_bps
+    return t
+
+
+FORMATS = ("text", "json", "md", "html")
+FAIL_ON = ("info", "warn", "high")
+
+
+def target_options(f):
+    for opt in reversed([
+        click.option("--target-read", metavar="RATE",
+                     help="Read throughput the job needs, e.g. 8GiB/s or 800MB/s."),
+        click.option("--target-write", metavar="RATE",
+                     help="Write throughput the job needs (checkpoints), e.g. 2GiB/s."),
+        click.option("--gpus", type=click.IntRange(min=1), metavar="N",
+                     help="GPUs of the job; with --per-gpu sets the read target."),
+        click.option("--per-gpu", metavar="RATE",
+                     help="Read rate each GPU needs, e.g. 1GiB/s (MLPerf Storage: UNet3D "
+                          "2.66GB/s, ResNet-50 0.17GB/s per H100)."),
+        click.option("--config", "config", type=click.Path(dir_okay=False), metavar="TOML",
+                     help="Thresholds overriding the defaults (docs/findings.md)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def emit_report(trace_dir, targets, config, fmt, output, fail_on) -> int:
+    """Builds and writes the report; returns the --fail-on exit status."""
+    from .analyzers.base import severity_rank
+    from .analyzers.report import build_report
+    report = build_report(open_trace(trace_dir), targets, config)
+    if fmt == "text":
+        console = Console(highlight=False, width=min(out_console.width, 100))
+        if output:
+            console = Console(file=open(output, "w"), width=100, force_terminal=False)
+        from .viewers.text import render_text
+        render_text(report, console)
+    else:
+        if fmt == "json":
+            from .viewers.jsonout import render_json
+            text = render_json(report)
+        elif fmt == "md":
+            from .viewers.markdown import render_markdown
+            text = render_markdown(report)
+        else:
+            from .viewers.html import render_html
+            text = render_html(report, open_trace(trace_dir))
+        if output:
+            Path(output).write_text(text)
+        else:
+            sys.stdout.write(text)
+    if output:
+        say(f"report written to {output}")
+    worst = report.worst()
+    if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on):
+        return 1
+    return 0
+
+
 def _power_of_two(ctx, param, value: int) -> int:
     if value & (value - 1):
         raise click.BadParameter(f"{value} is not a power of two (try 32, 64, 128...)")
@@ -179,8 +258,12 @@ ringbuf_option = click.option(
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
+@click.option("--report", "want_report", is_flag=True,
+              help="Print the bottleneck report (iotrace report) at the end.")
+@target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, command) -> None:
+def run(out, force, quiet, ringbuf_mb, want_report, target_read, target_write, gpus, per_gpu,
+        config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
     \b
@@ -202,6 +285,7 @@ def run(out, force, quiet, ringbuf_mb, command) -> None:
         command = command[1:]
     if not command:
         fail("no command given: iotrace run [OPTIONS] -- COMMAND [ARGS...]")
+    targets = targets_from(target_read, target_write, gpus, per_gpu)
     check_can_trace()
     user = invoking_user()
     env = job_env(user)
@@ -240,6 +324,8 @@ def run(out, force, quiet, ringbuf_mb, command) -> None:
     start_or_clean_up(session)
     finish_session(session, status, quiet, user)
     code = session.job_exit_code()
+    if want_report:
+        emit_report(outdir, targets, config, "text", None, None)
     if session.exec_errno:
         say(f"{command[0]}: {os.strerror(session.exec_errno)}")
     sys.exit(code)
@@ -297,6 +383,38 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb) -> None:
     start_or_clean_up(session)
     meta = finish_session(session, status, quiet, user)
     sys.exit(EXIT_TRACE if meta.get("state") != "complete" else 0)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("trace", type=click.Path(file_okay=False))
+@target_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text for the terminal, json for scripts, md for issue trackers, html "
+                   "for a self-contained page with plots.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the report here instead of standard output.")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), metavar="LEVEL",
+              help="Exit 1 when a finding of this severity or worse exists "
+                   "(info|warn|high): gate CI on storage regressions.")
+def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on):
+    """Say which bottleneck holds the job back.
+
+    \b
+    A verdict first (is the job I/O-bound, against which target, by how much),
+    then findings by severity: small-chunk reads, random access, metadata
+    storms, checkpoint bursts, throughput below target, lock contention,
+    worker imbalance, redundant I/O. Each finding has its evidence, the files
+    and processes involved, examples in time and what to change
+    (docs/findings.md documents every rule and its thresholds).
+
+    \b
+    Examples:
+      iotrace report mytrace --gpus 8 --per-gpu 1GiB/s
+      iotrace report mytrace --format html -o report.html
+      iotrace report mytrace --format json --fail-on high   # for CI
+    """
+    targets = targets_from(target_read, target_write, gpus, per_gpu)
+    sys.exit(emit_report(trace, targets, config, fmt, output, fail_on))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -1,0 +1,76 @@
+"""What every analyzer shares: the Finding record, the rule declaration, the
+analysis context (DuckDB views over the trace, targets, thresholds)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+SEVERITIES = ("info", "warn", "high")
+
+
+def severity_rank(sev: str) -> int:
+    return SEVERITIES.index(sev)
+
+
+@dataclass
+class Finding:
+    """One documented rule that fired. Field names are the JSON report schema."""
+    id: str                       # stable rule id, e.g. "small-reads"
+    severity: str                 # info | warn | high
+    title: str                    # short name of the problem
+    summary: str                  # one sentence: what is wrong, with the key number
+    recommendation: str           # what to change
+    evidence: dict[str, Any] = field(default_factory=dict)   # units in the key names
+    files: list[dict] = field(default_factory=list)          # {"path", "share", ...}
+    processes: list[dict] = field(default_factory=list)      # {"pid", "cmdline", "share", ...}
+    examples: list[dict] = field(default_factory=list)       # {"ts_ns", "pid", "tid", "what"}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Targets:
+    """Throughput targets of the job, in bytes per second (None: not given)."""
+    read_bps: Optional[float] = None
+    write_bps: Optional[float] = None
+    gpus: Optional[int] = None
+    per_gpu_bps: Optional[float] = None
+
+
+@dataclass
+class Rule:
+    """A documented rule: docs/findings.md describes each one."""
+    id: str
+    title: str
+    question: str                              # the question it answers
+    thresholds: dict[str, float]               # defaults, overridable in TOML [id] tables
+    run: Callable[["Context"], list[Finding]]
+
+
+@dataclass
+class Context:
+    """What a rule sees. `con` has these views (see analyzers/views.py):
+    events, files, processes, threads (the trace), and
+      io      one row per read/write-family call with bytes moved and path
+      meta_ops  metadata calls (open/stat/close/getdents/unlink/rename/mkdir)
+    and `t0_ns`/`t1_ns` (first and last event), `duration_s`."""
+    con: Any
+    meta: dict
+    targets: Targets
+    thresholds: dict[str, dict[str, float]]
+    t0_ns: int = 0
+    t1_ns: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return max((self.t1_ns - self.t0_ns) / 1e9, 1e-9)
+
+    def th(self, rule_id: str) -> dict[str, float]:
+        return self.thresholds[rule_id]
+
+    def rows(self, sql: str, *params) -> list[tuple]:
+        return self.con.execute(sql, list(params)).fetchall()
+
+    def one(self, sql: str, *params) -> tuple:
+        return self.con.execute(sql, list(params)).fetchone()

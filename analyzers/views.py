@@ -1,0 +1,28 @@
+"""DuckDB views the rules share, created once per report."""
+from __future__ import annotations
+
+READ_OPS = ("read", "pread64", "readv", "preadv", "preadv2")
+WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fstat",
+            "newfstatat", "statx", "getdents64", "unlink", "unlinkat", "rename", "renameat",
+            "renameat2", "mkdir", "mkdirat", "rmdir")
+
+
+def sql_list(names) -> str:
+    return "(" + ", ".join(f"'{n}'" for n in names) + ")"
+
+
+def create_views(con) -> None:
+    con.execute(f"""
+        create or replace temp view io as
+        select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,
+               e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
+               f.path, f.fs_type,
+               case when e.op in {sql_list(READ_OPS)} then 'read' else 'write' end as dir
+        from events e join files f using (file_id)
+        where e.op in {sql_list(READ_OPS + WRITE_OPS)} and e.file_id >= 0""")
+    con.execute(f"""
+        create or replace temp view meta_ops as
+        select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.ret, coalesce(e.path, f.path) as path
+        from events e left join files f using (file_id)
+        where e.op in {sql_list(META_OPS)}""")

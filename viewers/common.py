@@ -1,0 +1,35 @@
+"""Formatting shared by the report renderers."""
+from __future__ import annotations
+
+from iotrace.analyzers.rates import human_bytes, human_rate
+
+
+def fmt_value(key: str, value) -> str:
+    """Evidence values formatted by the unit their key names."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if key.endswith("bytes_per_s"):
+        return human_rate(value)
+    if key.endswith("_bytes") or key == "bytes":
+        return human_bytes(value)
+    if key.endswith("share") or key.endswith("ratio"):
+        return f"{value:.1%}" if key.endswith("share") else f"{value:.2f}"
+    if key.endswith("_ns"):
+        return f"{value / 1e6:.3f} ms"
+    if key.endswith("_s"):
+        return f"{value:.3f} s"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def fmt_key(key: str) -> str:
+    return key.replace("_", " ")
+
+
+def rel_time(ts_ns: int, t0_ns: int) -> str:
+    return f"+{(ts_ns - t0_ns) / 1e9:.3f} s"
