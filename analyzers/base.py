@@ -3,6 +3,7 @@ analysis context (DuckDB views over the trace, targets, thresholds)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Optional
 
 SEVERITIES = ("info", "warn", "high")
@@ -70,7 +71,15 @@ class Context:
         return self.thresholds[rule_id]
 
     def rows(self, sql: str, *params) -> list[tuple]:
-        return self.con.execute(sql, list(params)).fetchall()
+        """Query rows; DuckDB's DECIMAL/HUGEINT sums come back as int or float."""
+        return [tuple(map(plain, r)) for r in self.con.execute(sql, list(params)).fetchall()]
 
     def one(self, sql: str, *params) -> tuple:
-        return self.con.execute(sql, list(params)).fetchone()
+        r = self.con.execute(sql, list(params)).fetchone()
+        return tuple(map(plain, r)) if r is not None else r
+
+
+def plain(v):
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return v

@@ -1,0 +1,102 @@
+"""The report framework: targets, thresholds files, verdict, renderers,
+--fail-on, and the below-target rule on synthetic traces."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import iotrace_cmd
+from synth import ev, synth_trace
+
+from iotrace.analyzers.base import Targets
+from iotrace.analyzers.rates import parse_rate
+from iotrace.analyzers.report import build_report
+
+MiB = 1 << 20
+
+
+def steady_reader(tmp_path, mib_per_s: float, seconds: int = 20):
+    """One thread reading 1 MiB chunks at a steady rate for `seconds`."""
+    n = int(mib_per_s * seconds)
+    step = int(seconds * 1e9 / n)
+    events = [ev("pread64", ts=i * step, dur=step // 2, off=i * MiB, req=MiB, ret=MiB,
+                 file_id=0) for i in range(n)]
+    return synth_trace(tmp_path, events, files=[(0, "/data/big.bin")])
+
+
+@pytest.mark.parametrize("text,bps", [("1GiB/s", 1 << 30), ("800MB/s", 800e6),
+                                      ("2.5 GB/s", 2.5e9), ("512MiB", 512 * MiB)])
+def test_parse_rate(text, bps):
+    assert parse_rate(text) == bps
+
+
+def test_bad_rate_is_a_usage_error(tmp_path):
+    steady_reader(tmp_path / "t", 10, 2)
+    res = iotrace_cmd("report", str(tmp_path / "t"), "--target-read", "fast")
+    assert res.returncode == 2 and "1GiB/s" in res.stderr
+
+
+def test_below_target_high_when_under_half(tmp_path):
+    t = steady_reader(tmp_path, mib_per_s=100)
+    r = build_report(t, Targets(read_bps=1024 * MiB))
+    f = [x for x in r.findings if x.id == "below-target"]
+    assert len(f) == 1 and f[0].severity == "high"
+    assert f[0].evidence["read_bytes_per_s"] == pytest.approx(100 * MiB, rel=0.06)
+    assert f[0].evidence["target_ratio"] == pytest.approx(100 / 1024, rel=0.06)
+    assert r.verdict["status"] == "io-bound"
+
+
+def test_below_target_warn_and_clean(tmp_path):
+    t = steady_reader(tmp_path / "a", mib_per_s=700)
+    r = build_report(t, Targets(read_bps=1024 * MiB))
+    assert [x.severity for x in r.findings if x.id == "below-target"] == ["warn"]
+    t = steady_reader(tmp_path / "b", mib_per_s=300)
+    r = build_report(t, Targets(read_bps=256 * MiB))
+    assert not [x for x in r.findings if x.id == "below-target"]
+    assert r.verdict["status"] == "meets-target"
+
+
+def test_gpus_times_per_gpu_and_json_schema(tmp_path):
+    steady_reader(tmp_path / "t", mib_per_s=100)
+    res = iotrace_cmd("report", str(tmp_path / "t"), "--gpus", "8", "--per-gpu", "1GiB/s",
+                      "--format", "json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "iotrace-report/1"
+    assert doc["targets"]["read_bytes_per_s"] == 8 * (1 << 30)
+    assert doc["verdict"]["status"] == "io-bound"
+    for f in doc["findings"]:
+        assert set(f) >= {"id", "severity", "summary", "evidence", "files", "processes"}
+        assert f["severity"] in ("info", "warn", "high")
+
+
+def test_fail_on(tmp_path):
+    steady_reader(tmp_path / "t", mib_per_s=100)
+    args = ["report", str(tmp_path / "t"), "--target-read", "1GiB/s", "--format", "json"]
+    assert iotrace_cmd(*args, "--fail-on", "high").returncode == 1
+    assert iotrace_cmd(*args, "--fail-on", "warn").returncode == 1
+    assert iotrace_cmd("report", str(tmp_path / "t"), "--format", "json",
+                       "--fail-on", "info").returncode in (0, 1)
+
+
+def test_thresholds_file(tmp_path):
+    steady_reader(tmp_path / "t", mib_per_s=100)
+    cfg = tmp_path / "th.toml"
+    cfg.write_text("[below-target]\nhigh_ratio = 0.05\n")
+    r = json.loads(iotrace_cmd("report", str(tmp_path / "t"), "--target-read", "1GiB/s",
+                               "--format", "json", "--config", str(cfg)).stdout)
+    assert [f["severity"] for f in r["findings"] if f["id"] == "below-target"] == ["warn"]
+    cfg.write_text("[below-target]\nno_such = 1\n")
+    res = iotrace_cmd("report", str(tmp_path / "t"), "--config", str(cfg))
+    assert res.returncode == 2 and "no_such" in res.stderr
+
+
+def test_markdown_and_text_render(tmp_path):
+    steady_reader(tmp_path / "t", mib_per_s=100)
+    md = iotrace_cmd("report", str(tmp_path / "t"), "--target-read", "1GiB/s",
+                     "--format", "md").stdout
+    assert md.startswith("## iotrace report") and "below-target" in md
+    txt = iotrace_cmd("report", str(tmp_path / "t"), "--target-read", "1GiB/s").stdout
+    assert "I/O-bound" in txt and "what to change" in txt
+    assert max(len(line) for line in txt.splitlines()) <= 100
