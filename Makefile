@@ -9,12 +9,14 @@ BPFTOOL ?= bpftool
 ARCH := $(shell uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
 APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config gcc make \
 	fio strace bpftrace python3-venv
+# What only the tests need: headless Chromium for the HTML report.
+TEST_APT_PACKAGES := chromium
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
 PKG_BIN := userspace/iotrace/bin/iotrace-recorder
 
-.PHONY: all deps venv build test demo bench clean
+.PHONY: all deps test-deps venv build test demo bench clean
 
 all: deps build venv
 
@@ -26,6 +28,21 @@ deps:
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root to install:$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# The tests also trace real h5py and PyTorch (CPU) workloads: torch's wheels
+# are large (~3.5 GB with their CUDA dependencies), so only `make test` installs them.
+$(VENV)/.workloads: $(VENV)/.installed
+	$(VENV)/bin/pip install -q -e '.[test,workloads]'
+	touch $@
+
+test-deps:
+	@missing=""; for p in $(TEST_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
@@ -56,7 +73,7 @@ $(PKG_BIN): $(RECORDER)
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-test: all
+test: all test-deps $(VENV)/.workloads
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 	$(PY) -m pytest -ra $(PYTEST_ARGS) tests
 
