@@ -84,13 +84,14 @@ def make_verdict(ctx: Context) -> dict:
                                           if t.gpus and t.per_gpu_bps else "")
         if ratio < 1:
             v["status"] = "io-bound"
-            v["summary"] = (f"I/O-bound: reads averaged {human_rate(v['read_bytes_per_s'])}, "
+            v["summary"] = (f"I/O-bound: over the {dur:.1f} s run reads averaged "
+                            f"{human_rate(v['read_bytes_per_s'])}, "
                             f"{ratio:.0%} of the {target} target "
                             f"({1 / max(ratio, 1e-9):.1f}x short); file I/O was in progress "
                             f"{v['io_busy_share']:.0%} of the time.")
         else:
             v["status"] = "meets-target"
-            v["summary"] = (f"Meets the read target: reads averaged "
+            v["summary"] = (f"Meets the read target: over the {dur:.1f} s run reads averaged "
                             f"{human_rate(v['read_bytes_per_s'])}, {ratio:.1f}x the "
                             f"{target} target.")
         return v

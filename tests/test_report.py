@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import iotrace_cmd
+from conftest import iotrace_cmd, needs_root
 from synth import ev, synth_trace
 
 from iotrace.analyzers.base import Targets
@@ -100,3 +100,13 @@ def test_markdown_and_text_render(tmp_path):
     txt = iotrace_cmd("report", str(tmp_path / "t"), "--target-read", "1GiB/s").stdout
     assert "I/O-bound" in txt and "what to change" in txt
     assert max(len(line) for line in txt.splitlines()) <= 100
+
+
+@needs_root()
+def test_run_with_report(tmp_path):
+    data = tmp_path / "d.bin"
+    data.write_bytes(b"r" * (4 << 20))
+    res = iotrace_cmd("run", "-q", "--report", "--target-read", "100GiB/s", "-o",
+                      str(tmp_path / "t"), "--", "dd", f"if={data}", "of=/dev/null", "bs=4k")
+    assert res.returncode == 0, res.stderr
+    assert "I/O-bound" in res.stdout and "below-target" in res.stdout
