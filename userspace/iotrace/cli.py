@@ -23,7 +23,7 @@ from . import __version__
 from .errors import EXIT_ENV, EXIT_NOT_FOUND, EXIT_TRACE, EXIT_USAGE, IotraceError
 from .privileges import can_trace, chown_tree, invoking_user, job_env
 from .session import Progress, Session
-from .summary import human_bytes, print_summary
+from .summary import print_summary
 from .trace import open_trace
 
 def _console(stderr: bool) -> Console:

@@ -78,7 +78,6 @@ class Session:
         self.progress = Progress()
         self._last = (0.0, 0, 0, 0)
         self.convert_error: Optional[str] = None
-        self.stopped_tracing = False
         self.final_write_error: Optional[str] = None
 
     # ---- recorder process -------------------------------------------------
@@ -223,7 +222,6 @@ class Session:
         full = e.errno == errno.ENOSPC or "No space left" in str(e)
         self.convert_error = "the disk is full" if full else (e.strerror or str(e))
         self.signal_recorder(signal.SIGUSR1)
-        self.stopped_tracing = True
 
     def loop(self) -> None:
         """Runs until the recorder ends; converts segments as they close."""

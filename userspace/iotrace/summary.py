@@ -6,18 +6,11 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from .analyzers.rates import human_bytes
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
 
 # Per file, copies count as reads of their input file (file_id is the input).
 FILE_WRITE_OPS_SQL = "('write','pwrite64','writev','pwritev','pwritev2')"
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 @dataclass
