@@ -260,10 +260,12 @@ ringbuf_option = click.option(
 @ringbuf_option
 @click.option("--report", "want_report", is_flag=True,
               help="Print the bottleneck report (iotrace report) at the end.")
+@click.option("--perfetto", "want_perfetto", is_flag=True,
+              help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, want_report, target_read, target_write, gpus, per_gpu,
-        config, command) -> None:
+def run(out, force, quiet, ringbuf_mb, want_report, want_perfetto, target_read, target_write,
+        gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
     \b
@@ -326,6 +328,13 @@ def run(out, force, quiet, ringbuf_mb, want_report, target_read, target_write, g
     code = session.job_exit_code()
     if want_report:
         emit_report(outdir, targets, config, "text", None, None)
+    if want_perfetto:
+        from .cli_perfetto import default_output, export_perfetto
+        pf = default_output(outdir)
+        export_perfetto(outdir, pf)
+        if user:
+            os.chown(pf, user.uid, user.gid)
+        say(f"Perfetto timeline: {pf}  (open it with `iotrace view {outdir}`)")
     if session.exec_errno:
         say(f"{command[0]}: {os.strerror(session.exec_errno)}")
     sys.exit(code)
@@ -434,6 +443,11 @@ def doctor() -> None:
     """
     from .doctor import run_doctor
     sys.exit(run_doctor(out_console))
+
+
+from .cli_perfetto import register as register_perfetto  # noqa: E402  (export, view)
+
+register_perfetto(cli, say, fail)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
