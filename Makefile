@@ -66,12 +66,19 @@ $(BUILD)/iotrace.bpf.o: bpf/iotrace.bpf.c bpf/iotrace.h $(BUILD)/vmlinux.h
 $(BUILD)/iotrace.skel.h: $(BUILD)/iotrace.bpf.o
 	$(BPFTOOL) gen skeleton $< name iotrace_bpf > $@
 
-$(RECORDER): userspace/recorder/recorder.c userspace/recorder/syscall_table.h bpf/iotrace.h $(BUILD)/iotrace.skel.h
+$(BUILD)/netfs.bpf.o: bpf/netfs.bpf.c bpf/iotrace.h $(BUILD)/vmlinux.h
+	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
+
+$(BUILD)/netfs.skel.h: $(BUILD)/netfs.bpf.o
+	$(BPFTOOL) gen skeleton $< name netfs_bpf > $@
+
+$(RECORDER): userspace/recorder/recorder.c userspace/recorder/syscall_table.h bpf/iotrace.h $(BUILD)/iotrace.skel.h $(BUILD)/netfs.skel.h
 	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $< -lbpf -lelf -lz -o $@
 
+# Copied by rename: a recorder that is running keeps its old binary.
 $(PKG_BIN): $(RECORDER)
 	@mkdir -p $(dir $@)
-	cp $< $@
+	cp $< $@.tmp && mv -f $@.tmp $@
 
 test: all test-deps $(VENV)/.workloads
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true

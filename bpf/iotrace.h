@@ -45,6 +45,11 @@ enum iot_op {
 	IOT_THREAD_EXIT,  /* a thread ended: ret = its exit_code (wait status) */
 	IOT_PROC_EXIT,    /* the last thread of a process ended: ret = wait status */
 	IOT_TASK_RENAME,  /* thread name set: payload = new name */
+	/* NFS client and RPC (bpf/netfs.bpf.c), when the kernel has them */
+	IOT_NFS_READ,     /* READ RPC of a traced process: initiation to completion */
+	IOT_NFS_WRITE,    /* WRITE RPC */
+	IOT_NFS_COMMIT,   /* COMMIT RPC */
+	IOT_RPC,          /* one RPC of a traced process (rpc_stats_latency) */
 	IOT_OP_COUNT
 };
 

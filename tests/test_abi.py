@@ -19,7 +19,8 @@ def test_op_enum_matches_header():
     special = {"IOT_OP_NONE": "none", "IOT_PROC_FORK": "proc_fork",
                "IOT_THREAD_NEW": "thread_new", "IOT_PROC_EXEC": "proc_exec",
                "IOT_THREAD_EXIT": "thread_exit", "IOT_PROC_EXIT": "proc_exit",
-               "IOT_TASK_RENAME": "task_rename", "IOT_LOCK_CONTENTION": "lock_contention"}
+               "IOT_TASK_RENAME": "task_rename", "IOT_LOCK_CONTENTION": "lock_contention",
+               "IOT_RPC": "rpc"}
     for c_name, py_name in zip(names, abi.OP_NAMES):
         assert special.get(c_name, c_name[4:].lower()) == py_name
 

@@ -51,6 +51,7 @@ OP_NAMES = [
     "sendfile", "copy_file_range", "fadvise64", "fallocate", "ftruncate",
     "futex", "lock_contention",
     "proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename",
+    "nfs_read", "nfs_write", "nfs_commit", "rpc",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
@@ -62,6 +63,7 @@ META_OPS = ("stat", "lstat", "fstat", "newfstatat", "statx", "getdents64",
             "unlink", "unlinkat", "rename", "renameat", "renameat2",
             "mkdir", "mkdirat", "rmdir")
 LIFE_OPS = ("proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename")
+NFS_OPS = ("nfs_read", "nfs_write", "nfs_commit")
 
 # iot_event.eflags
 EF_PATH_TRUNC = 1

@@ -74,9 +74,11 @@ def print_summary(t: Trace, console: Console) -> None:
     if lost:
         console.print("  [yellow]not resolved or cut:[/yellow] "
                       + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in lost.items()))
-    skipped = meta.get("probes", {}).get("skipped", [])
-    for sk in skipped:
-        console.print(f"  [yellow]probe skipped:[/yellow] {sk['probe']}: {sk['why']}")
+    by_reason: dict[str, list[str]] = {}
+    for sk in meta.get("probes", {}).get("skipped", []):
+        by_reason.setdefault(sk["why"], []).append(sk["probe"])
+    for why, probes in by_reason.items():
+        console.print(f"  [yellow]probes skipped[/yellow] ({why}): {', '.join(probes)}")
     ops = Table(title=None, box=None, pad_edge=False, header_style="bold")
     for col, justify in (("op", "left"), ("calls", "right"), ("bytes", "right"),
                          ("time s", "right"), ("errors", "right")):

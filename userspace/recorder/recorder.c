@@ -37,6 +37,7 @@
 #include <bpf/libbpf.h>
 #include "iotrace.h"
 #include "iotrace.skel.h"
+#include "netfs.skel.h"
 #include "syscall_table.h"
 
 _Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 96 bytes");
@@ -240,17 +241,80 @@ struct probe {
 	const char *name;      /* what the user reads */
 	const char *tp;        /* btf_trace_<tp> must exist in the kernel BTF */
 	bool required;
+	const char *module;    /* the tracepoint's module (NULL: vmlinux) */
 	struct bpf_program *prog;
 	struct bpf_link *link;
 	char why[160];
 };
 
-static bool btf_has_tracepoint(const struct btf *vmlinux, const char *tp)
+static bool btf_has_tracepoint(const struct btf *btf, const char *tp)
 {
 	char name[128];
 
 	snprintf(name, sizeof(name), "btf_trace_%s", tp);
-	return vmlinux && btf__find_by_name_kind(vmlinux, name, BTF_KIND_TYPEDEF) > 0;
+	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
+}
+
+/*
+ * The NFS/RPC probes (bpf/netfs.bpf.c): a second object sharing the core's
+ * ring buffer, traced map and counters. Each probe is skipped, with the
+ * reason, when its module is not loaded or lacks the tracepoint.
+ */
+static struct netfs_bpf *load_netfs(struct iotrace_bpf *core, struct btf *vmlinux,
+				    struct probe *p, int n)
+{
+	struct netfs_bpf *nf = netfs_bpf__open();
+	struct btf *mods[2] = { NULL, NULL };
+	const char *names[2] = { "nfs", "sunrpc" };
+	bool any = false;
+
+	if (!nf) {
+		for (int i = 0; i < n; i++)
+			snprintf(p[i].why, sizeof(p[i].why), "cannot open the NFS probes");
+		return NULL;
+	}
+	/* in the order of the netfs entries of the probe table */
+	struct bpf_program *progs[] = {
+		nf->progs.iot_nfs_init_read, nf->progs.iot_nfs_read_done,
+		nf->progs.iot_nfs_init_write, nf->progs.iot_nfs_write_done,
+		nf->progs.iot_nfs_init_commit, nf->progs.iot_nfs_commit_done,
+		nf->progs.iot_rpc_done,
+	};
+
+	for (int i = 0; i < n && i < (int)(sizeof(progs) / sizeof(progs[0])); i++)
+		p[i].prog = progs[i];
+	for (int m = 0; m < 2; m++)
+		mods[m] = btf__load_module_btf(names[m], vmlinux);
+	for (int i = 0; i < n; i++) {
+		struct btf *b = strcmp(p[i].module, "nfs") == 0 ? mods[0] : mods[1];
+		if (!b)
+			snprintf(p[i].why, sizeof(p[i].why),
+				 "module %s not loaded (no NFS mount)",
+				 p[i].module);
+		else if (!btf_has_tracepoint(b, p[i].tp))
+			snprintf(p[i].why, sizeof(p[i].why), "module %s has no %s tracepoint",
+				 p[i].module, p[i].tp);
+		if (p[i].why[0])
+			bpf_program__set_autoload(p[i].prog, false);
+		else
+			any = true;
+	}
+	btf__free(mods[0]);
+	btf__free(mods[1]);
+	if (!any ||
+	    bpf_map__reuse_fd(nf->maps.traced, bpf_map__fd(core->maps.traced)) ||
+	    bpf_map__reuse_fd(nf->maps.events, bpf_map__fd(core->maps.events)) ||
+	    bpf_map__reuse_fd(nf->maps.counters, bpf_map__fd(core->maps.counters)) ||
+	    netfs_bpf__load(nf)) {
+		if (any)
+			for (int i = 0; i < n; i++)
+				if (!p[i].why[0])
+					snprintf(p[i].why, sizeof(p[i].why), "load failed: %s",
+						 strerror(errno));
+		netfs_bpf__destroy(nf);
+		return NULL;
+	}
+	return nf;
 }
 
 static void json_probes(char *buf, size_t len, struct probe *p, int n, bool attached)
@@ -489,8 +553,17 @@ int main(int argc, char **argv)
 		{ "thread names (task_rename)", "task_rename", false },
 		{ "kernel lock contention (begin)", "contention_begin", false },
 		{ "kernel lock contention (end)", "contention_end", false },
+		{ "NFS read start", "nfs_initiate_read", false, "nfs" },
+		{ "NFS read done", "nfs_readpage_done", false, "nfs" },
+		{ "NFS write start", "nfs_initiate_write", false, "nfs" },
+		{ "NFS write done", "nfs_writeback_done", false, "nfs" },
+		{ "NFS commit start", "nfs_initiate_commit", false, "nfs" },
+		{ "NFS commit done", "nfs_commit_done", false, "nfs" },
+		{ "RPC latency (sunrpc)", "rpc_stats_latency", false, "sunrpc" },
 	};
 	const int nprobes = sizeof(probes) / sizeof(probes[0]);
+	const int ncore = 8;  /* probes[0..7] are the core object's; the rest netfs's */
+	struct netfs_bpf *nf = NULL;
 	struct iotrace_bpf *skel = NULL;
 	struct ring_buffer *rb = NULL;
 	struct btf *vmlinux;
@@ -550,15 +623,14 @@ int main(int argc, char **argv)
 	probes[5].prog = skel->progs.iot_rename;
 	probes[6].prog = skel->progs.iot_lock_begin;
 	probes[7].prog = skel->progs.iot_lock_end;
-	for (int i = 0; i < nprobes; i++) {
+	for (int i = 0; i < ncore; i++) {
 		if (!btf_has_tracepoint(vmlinux, probes[i].tp)) {
 			snprintf(probes[i].why, sizeof(probes[i].why),
 				 "this kernel has no %s tracepoint", probes[i].tp);
 			bpf_program__set_autoload(probes[i].prog, false);
 		}
 	}
-	btf__free(vmlinux);
-	for (int i = 0; i < nprobes; i++) {
+	for (int i = 0; i < ncore; i++) {
 		if (probes[i].required && probes[i].why[0]) {
 			say("cannot trace: %s", probes[i].why);
 			goto out;
@@ -572,10 +644,13 @@ int main(int argc, char **argv)
 		if (last_log[0] && e != EPERM)
 			fprintf(stderr, "%s", last_log);
 		status("{\"type\":\"error\",\"error\":\"load\",\"errno\":%d}", e);
+		btf__free(vmlinux);
 		goto out;
 	}
+	nf = load_netfs(skel, vmlinux, probes + ncore, nprobes - ncore);
+	btf__free(vmlinux);
 	for (int i = 0; i < nprobes; i++) {
-		if (probes[i].why[0])
+		if (probes[i].why[0] || !probes[i].prog)
 			continue;
 		probes[i].link = bpf_program__attach(probes[i].prog);
 		if (!probes[i].link) {
@@ -767,6 +842,7 @@ out:
 	ring_buffer__free(rb);
 	for (int i = 0; i < nprobes; i++)
 		bpf_link__destroy(probes[i].link);
+	netfs_bpf__destroy(nf);
 	iotrace_bpf__destroy(skel);
 	return rc;
 }
