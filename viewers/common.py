@@ -10,6 +10,8 @@ def fmt_value(key: str, value) -> str:
         return "-"
     if isinstance(value, str):
         return value
+    if key in ("pid", "tid", "ppid") or key.endswith("_pid") or key.endswith("_tid"):
+        return str(value)
     if key.endswith("bytes_per_s"):
         return human_rate(value)
     if key.endswith("_bytes") or key == "bytes":
