@@ -3,6 +3,8 @@ I/O-bound, against which target, by how much) and the findings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 from typing import Optional
 
 from .base import Context, Finding, Targets, severity_rank
@@ -41,17 +43,21 @@ class Report:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)
 
 
-def busy_share_sql(where: str) -> str:
-    """Share of [t0, t1] during which at least one call matching `where` was in
-    progress: the union of call intervals (gaps and islands)."""
-    return f"""
-        with iv as (select ts_ns as s, ts_ns + dur_ns as e from events where {where}),
-        m as (select s, e, max(e) over (order by s, e rows between unbounded preceding
-                                       and 1 preceding) as prev_end from iv),
-        isl as (select s, e, sum(case when prev_end is null or s > prev_end then 1 else 0 end)
-                       over (order by s, e rows unbounded preceding) as k from m)
-        select coalesce(sum(e1 - s1), 0) from
-            (select min(s) as s1, max(e) as e1 from isl group by k)"""
+def union_ns(con, where: str) -> int:
+    """Nanoseconds during which at least one event matching `where` was in
+    progress: the union of [ts, ts + dur) intervals. Sorted in DuckDB, the
+    sweep (a running maximum of ends) in numpy."""
+    cols = con.execute(f"select ts_ns as s, ts_ns + dur_ns as e from events where {where} "
+                       "order by s").fetchnumpy()
+    s = np.asarray(cols["s"], dtype=np.int64)
+    if len(s) == 0:
+        return 0
+    e = np.maximum.accumulate(np.asarray(cols["e"], dtype=np.int64))
+    # an island starts where an interval begins after every earlier one ended
+    starts = np.concatenate(([True], s[1:] > e[:-1]))
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return int((e[last] - s[first]).sum())
 
 
 def make_verdict(ctx: Context) -> dict:
@@ -59,9 +65,9 @@ def make_verdict(ctx: Context) -> dict:
                                       coalesce(sum(nbytes) filter (where dir = 'write'), 0),
                                       count(*) filter (where dir = 'read') from io""")
     dur = ctx.duration_s
-    busy_ns = ctx.one(busy_share_sql(
+    busy_ns = union_ns(ctx.con,
         "op in ('read','pread64','readv','preadv','preadv2','write','pwrite64','writev',"
-        "'pwritev','pwritev2','fsync','fdatasync') and file_id >= 0"))[0]
+        "'pwritev','pwritev2','fsync','fdatasync') and file_id >= 0")
     v = {
         "duration_s": round(dur, 3),
         "bytes_read": int(rd),

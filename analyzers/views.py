@@ -13,8 +13,10 @@ def sql_list(names) -> str:
 
 
 def create_views(con) -> None:
+    """`io` is materialised once: every rule scans it, and re-joining files
+    for each query doubled the cost on large traces."""
     con.execute(f"""
-        create or replace temp view io as
+        create or replace temp table io as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,
                e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
                f.path, f.fs_type,
@@ -23,6 +25,7 @@ def create_views(con) -> None:
         where e.op in {sql_list(READ_OPS + WRITE_OPS)} and e.file_id >= 0""")
     con.execute(f"""
         create or replace temp view meta_ops as
-        select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.ret, coalesce(e.path, f.path) as path
+        select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e.fd_kind, e.flags, e.file_id,
+               e.ret, coalesce(e.path, f.path) as path
         from events e left join files f using (file_id)
         where e.op in {sql_list(META_OPS)}""")

@@ -1,6 +1,8 @@
 """Formatting shared by the report renderers."""
 from __future__ import annotations
 
+import json
+
 from iotrace.analyzers.rates import human_bytes, human_rate
 
 
@@ -12,14 +14,20 @@ def fmt_value(key: str, value) -> str:
         return value
     if key in ("pid", "tid", "ppid") or key.endswith("_pid") or key.endswith("_tid"):
         return str(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(", ", ": "))
     if key.endswith("bytes_per_s"):
         return human_rate(value)
+    if key.endswith("_per_s") or key.endswith("_per_second"):
+        return f"{value:,.1f}/s"
     if key.endswith("_bytes") or key == "bytes":
         return human_bytes(value)
     if key.endswith("share") or key.endswith("ratio"):
         return f"{value:.1%}" if key.endswith("share") else f"{value:.2f}"
     if key.endswith("_ns"):
-        return f"{value / 1e6:.3f} ms"
+        return f"{value / 1e6:.3f} ms" if abs(value) >= 1e6 else f"{value / 1e3:.2f} µs"
     if key.endswith("_s"):
         return f"{value:.3f} s"
     if isinstance(value, float):
