@@ -54,6 +54,7 @@ class Context:
     """What a rule sees. `con` has these views (see analyzers/views.py):
     events, files, processes, threads (the trace), and
       io      one row per read/write-family call with bytes moved and path
+      data_io   io on the job's data: no code, libraries or system files
       meta_ops  metadata calls (open/stat/close/getdents/unlink/rename/mkdir)
     and `t0_ns`/`t1_ns` (first and last event), `duration_s`."""
     con: Any

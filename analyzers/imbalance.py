@@ -39,8 +39,6 @@ from typing import NamedTuple
 from .base import Context, Finding, Rule
 from .rates import human_rate
 
-NOT_DATA = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
-            r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
 # The job's data reads, gathered once per run into this temporary table: the
 # sweep's sort over a table is several times faster than over the io view.
 READS = "imbalance_data_reads"
@@ -79,8 +77,7 @@ def load_reads(ctx: Context) -> None:
     ctx.con.execute(f"""
         create or replace temp table {READS} as
         select pid, tid, ts_ns as s, ts_ns + greatest(dur_ns, 1) as e, dur_ns, nbytes
-        from io where dir = 'read' and ret >= 0 and file_id not in
-            (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA}'))""")
+        from data_io where dir = 'read'""")
 
 
 def readers(ctx: Context, key: str) -> list[Worker]:

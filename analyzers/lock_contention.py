@@ -47,12 +47,7 @@ from typing import NamedTuple
 
 from .base import Context, Finding, Rule
 
-# Paths that are not the job's data: code, libraries, kernel and system files.
-NOT_DATA = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
-            r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
-DATA_IO = f"""(select * from io where ret >= 0 and file_id not in
-                 (select file_id from files
-                  where regexp_matches(coalesce(path, ''), '{NOT_DATA}')))"""
+DATA_IO = "data_io"
 HDF5_LIBS = r"libhdf5|/h5py/"
 HDF5_FILES = r"\.(h5|hdf5|hdf|he5|nc|nc4)$"
 WAIT_OPS = "('futex', 'lock_contention')"

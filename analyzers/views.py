@@ -8,6 +8,11 @@ META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fst
             "renameat2", "mkdir", "mkdirat", "rmdir")
 
 
+# Paths that are not the job's data: code, libraries, kernel and system files.
+NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
+               r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
+
+
 def sql_list(names) -> str:
     return "(" + ", ".join(f"'{n}'" for n in names) + ")"
 
@@ -23,6 +28,10 @@ def create_views(con) -> None:
                case when e.op in {sql_list(READ_OPS)} then 'read' else 'write' end as dir
         from events e join files f using (file_id)
         where e.op in {sql_list(READ_OPS + WRITE_OPS)} and e.file_id >= 0""")
+    con.execute(f"""
+        create or replace temp view data_io as
+        select * from io where ret >= 0 and file_id not in
+            (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     con.execute(f"""
         create or replace temp view meta_ops as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e.fd_kind, e.flags, e.file_id,
