@@ -1,7 +1,8 @@
 """`make demo`: trace the bundled training-like job and show what iotrace saw.
 
 Runs examples/train_like.py (2 data-loader workers reading .npz samples, a
-checkpoint every 20 steps) under `iotrace run`, then queries the trace."""
+checkpoint every 20 steps) under `iotrace run --perfetto`, queries the trace
+with DuckDB, and prints the bottleneck report against 1 GiB/s per GPU."""
 from __future__ import annotations
 
 import os
@@ -20,10 +21,10 @@ def main() -> int:
         return 3
     job = [sys.executable, str(HERE / "train_like.py"), "--data", str(DATA)]
     subprocess.run([*job, "--prepare-only"], check=True)   # the dataset, not traced
-    print(f"$ sudo iotrace run -o {TRACE} --force -- python examples/train_like.py "
+    print(f"$ sudo iotrace run -o {TRACE} --force --perfetto -- python examples/train_like.py "
           f"--data {DATA}", flush=True)
     rc = subprocess.run([sys.executable, "-m", "iotrace", "run", "-o", str(TRACE), "--force",
-                         "--", *job]).returncode
+                         "--perfetto", "--", *job]).returncode
     if rc != 0:
         return rc
 
@@ -52,7 +53,12 @@ def main() -> int:
         from events e join files f using (file_id)
         where f.path like '%checkpoint.npy.tmp' and e.op in ('write', 'fsync')
         group by 1 order by 1"""))
-    print(f"The trace is in {TRACE}/ — open it with iotrace.open_trace('{TRACE}').")
+    print(f"$ iotrace report {TRACE} --gpus 1 --per-gpu 1GiB/s", flush=True)
+    subprocess.run([sys.executable, "-m", "iotrace", "report", str(TRACE), "--gpus", "1",
+                    "--per-gpu", "1GiB/s"])
+    print(f"The trace is in {TRACE}/ — open it with iotrace.open_trace('{TRACE}'); "
+          f"`iotrace report {TRACE} --format html -o report.html` for plots, "
+          f"`iotrace view {TRACE}` for the Perfetto timeline.")
     return 0
 
 
