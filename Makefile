@@ -9,8 +9,9 @@ BPFTOOL ?= bpftool
 ARCH := $(shell uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
 APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config gcc make \
 	fio strace bpftrace python3-venv
-# What only the tests need: headless Chromium for the HTML report.
-TEST_APT_PACKAGES := chromium
+# What only the tests need: headless Chromium for the HTML report; QEMU, Debian's
+# 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests.
+TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
@@ -34,7 +35,7 @@ deps:
 # The tests also trace real h5py and PyTorch (CPU) workloads: torch's wheels
 # are large (~3.5 GB with their CUDA dependencies), so only `make test` installs them.
 $(VENV)/.workloads: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[test,workloads]'
+	$(VENV)/bin/pip install -q -e '.[test,workloads,vm]'
 	touch $@
 
 test-deps:

@@ -79,6 +79,7 @@ def make_trace(root: Path, events: int, seed: int = 0) -> None:
                                                for i in range(NFILES)],
         "fs_type": ["ext4"] * NFILES, "mount_point": ["/"] * NFILES,
         "dev_major": [8] * NFILES, "dev_minor": [1] * NFILES, "ino": np.arange(NFILES) + 100,
+        "mount_options": ["rw"] * NFILES,
     }, schema=FILES_SCHEMA), root / "files.parquet")
     pq.write_table(pa.table({
         "pid": PIDS, "ppid": [1] + [int(PIDS[0])] * (len(PIDS) - 1),

@@ -50,7 +50,8 @@ def synth_trace(root: Path, events: list[dict], files=(), processes=(), threads=
         "file_id": [x[0] for x in f], "path": [x[1] for x in f],
         "fs_type": [x[2] if len(x) > 2 else "ext4" for x in f],
         "mount_point": ["/"] * len(f), "dev_major": [8] * len(f), "dev_minor": [1] * len(f),
-        "ino": [1000 + x[0] for x in f]}, schema=FILES_SCHEMA), root / "files.parquet")
+        "ino": [1000 + x[0] for x in f],
+        "mount_options": [x[3] if len(x) > 3 else "rw" for x in f]}, schema=FILES_SCHEMA), root / "files.parquet")
     procs = list(processes) or sorted({(e["pid"], 1, "job") for e in events})
     pq.write_table(pa.table({
         "pid": [p[0] for p in procs], "ppid": [p[1] for p in procs],

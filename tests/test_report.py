@@ -110,3 +110,22 @@ def test_run_with_report(tmp_path):
                       str(tmp_path / "t"), "--", "dd", f"if={data}", "of=/dev/null", "bs=4k")
     assert res.returncode == 0, res.stderr
     assert "I/O-bound" in res.stdout and "below-target" in res.stdout
+
+
+def test_nfs_rule_splits_rpc_time_and_flags_small_reads(tmp_path):
+    events = []
+    for i in range(100):       # READ RPCs: 1 ms each, 0.6 ms rtt, 0.1 ms queued
+        events.append(ev("rpc", ts=i * 2_000_000, dur=1_000_000, off=600_000, req=100_000,
+                         path="nfs", path2="READ", fd=1))
+        events.append(ev("nfs_read", ts=i * 2_000_000, dur=1_000_000, off=i * 4096,
+                         req=4096, ret=4096, file_id=0, fd=-1))
+    t = synth_trace(tmp_path, events, files=[(0, "/mnt/nfs/a.bin", "nfs4",
+                                              "rw,vers=4.2,rsize=1048576,wsize=1048576")])
+    r = build_report(t, Targets())
+    f = [x for x in r.findings if x.id == "nfs"]
+    assert len(f) == 1 and f[0].severity == "warn"
+    e = f[0].evidence
+    assert e["rpcs"] == 100 and e["network_server_share"] == pytest.approx(0.6)
+    assert e["client_queue_share"] == pytest.approx(0.1)
+    assert e["nfs_read_median_bytes"] == 4096 and e["mount_rsize_bytes"] == 1 << 20
+    assert e["per_procedure"]["READ"]["calls"] == 100

@@ -23,7 +23,7 @@ for _name in ("open", "openat", "openat2", "creat", "close", "close_range", "dup
               "dup3", "fcntl", "chdir", "fchdir", "stat", "lstat", "newfstatat", "statx",
               "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
               "rmdir", "mmap", "munmap", "proc_fork", "thread_new", "proc_exec",
-              "thread_exit", "proc_exit", "task_rename"):
+              "thread_exit", "proc_exit", "task_rename", "rpc"):
     MODEL_OPS[OP[_name]] = True
 
 FD_KINDS = ["none", "file", "dir", "socket", "pipe", "anon", "chr", "blk", "link", "other"]

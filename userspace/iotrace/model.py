@@ -161,6 +161,8 @@ class Model:
         s1 = strings[0].decode("utf-8", "surrogateescape") if strings else None
         s2 = strings[1].decode("utf-8", "surrogateescape") if len(strings) > 1 else None
 
+        if op == OP["rpc"]:
+            return s1, s2, -2    # RPC program and procedure names, not paths
         if op == OP["proc_fork"]:
             parent = self.proc(pid, ts)
             child = ret

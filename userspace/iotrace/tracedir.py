@@ -37,7 +37,7 @@ EVENTS_SCHEMA_NAMES = [
 FILES_SCHEMA = pa.schema([
     ("file_id", pa.int64()), ("path", pa.string()), ("fs_type", pa.string()),
     ("mount_point", pa.string()), ("dev_major", pa.int32()), ("dev_minor", pa.int32()),
-    ("ino", pa.int64()),
+    ("ino", pa.int64()), ("mount_options", pa.string()),
 ])
 PROCESSES_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("ppid", pa.int32()), ("cmdline", pa.string()),
@@ -60,9 +60,10 @@ EVENT_WRITE_OPTS: dict[str, Any] = dict(
 )
 
 
-def mount_table() -> dict[tuple[int, int], tuple[str, str]]:
-    """(major, minor) -> (mount point, fs type) from /proc/self/mountinfo."""
-    out: dict[tuple[int, int], tuple[str, str]] = {}
+def mount_table() -> dict[tuple[int, int], tuple[str, str, str]]:
+    """(major, minor) -> (mount point, fs type, super options) from
+    /proc/self/mountinfo (NFS's rsize/wsize are among the super options)."""
+    out: dict[tuple[int, int], tuple[str, str, str]] = {}
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -74,7 +75,8 @@ def mount_table() -> dict[tuple[int, int], tuple[str, str]]:
             continue
         major, minor = (int(x) for x in parts[2].split(":"))
         mnt = parts[4].replace("\\040", " ")
-        out.setdefault((major, minor), (mnt, right.split()[0]))
+        fields = right.split()
+        out.setdefault((major, minor), (mnt, fields[0], fields[2] if len(fields) > 2 else ""))
     return out
 
 
@@ -95,7 +97,7 @@ def files_table(model: Model, mounts: dict) -> pa.Table:
     cols: dict[str, list] = {name: [] for name in FILES_SCHEMA.names}
     for f in rows:
         major, minor = kernel_dev_to_major_minor(f.dev)
-        mnt, mtype = mounts.get((major, minor), (None, None))
+        mnt, mtype, mopts = mounts.get((major, minor), (None, None, None))
         cols["file_id"].append(f.file_id)
         cols["path"].append(f.path)
         cols["fs_type"].append(mtype or model.fs_type(f.fs_magic))
@@ -103,6 +105,7 @@ def files_table(model: Model, mounts: dict) -> pa.Table:
         cols["dev_major"].append(major)
         cols["dev_minor"].append(minor)
         cols["ino"].append(f.ino)
+        cols["mount_options"].append(mopts)
     return pa.table(cols, schema=FILES_SCHEMA)
 
 
