@@ -61,13 +61,13 @@ $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-$(BUILD)/iotrace.bpf.o: bpf/iotrace.bpf.c bpf/iotrace.h $(BUILD)/vmlinux.h
+$(BUILD)/iotrace.bpf.o: bpf/iotrace.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
 
 $(BUILD)/iotrace.skel.h: $(BUILD)/iotrace.bpf.o
 	$(BPFTOOL) gen skeleton $< name iotrace_bpf > $@
 
-$(BUILD)/netfs.bpf.o: bpf/netfs.bpf.c bpf/iotrace.h $(BUILD)/vmlinux.h
+$(BUILD)/netfs.bpf.o: bpf/netfs.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
 
 $(BUILD)/netfs.skel.h: $(BUILD)/netfs.bpf.o

@@ -38,25 +38,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u8 sys_op[IOT_MAX_SYSCALLS] = {};
 const volatile __u64 wakeup_bytes = 1 << 20;
 
-/* Traced tgids. Value unused (1). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} traced SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 << 20); /* resized by the loader */
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, IOT_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
+#include "shared_maps.h"
 
 /* Per-thread state between entry and exit of a call, and of a lock wait. */
 struct inflight {
@@ -107,13 +89,6 @@ __s64 live_procs = 0;
  */
 #define IOT_BUCKETS 65536
 __u8 maybe_traced[IOT_BUCKETS] = {};
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		(*v)++;
-}
 
 static __always_inline bool maybe(__u32 tgid)
 {

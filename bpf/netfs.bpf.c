@@ -40,25 +40,7 @@ struct rpc_rqst { __u32 rq_xid; int rq_ntrans; } __pai;
 struct rpc_task { struct rpc_message tk_msg; struct rpc_clnt *tk_client;
 		  struct rpc_rqst *tk_rqstp; int tk_status; int tk_owner; } __pai;
 
-/* Shared with iotrace.bpf.c (the recorder reuses the core object's maps). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} traced SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 << 20);
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, IOT_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
+#include "shared_maps.h"
 
 /* Requests in flight: header address -> who started it, when. LRU: a
  * request whose completion never comes is evicted, not leaked. */
@@ -86,13 +68,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct rpc_event);
 } scratch SEC(".maps");
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		(*v)++;
-}
 
 static __always_inline int remember(void *req)
 {

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,17 @@ import iotrace
 ROOT = Path(__file__).resolve().parent.parent
 IOTRACE = [sys.executable, "-m", "iotrace"]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+@pytest.fixture(scope="session")
+def lockwait_bin(tmp_path_factory):
+    """tests/workloads/lockwait.c built once: threads timing their own mutex waits."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    out = tmp_path_factory.mktemp("bin") / "lockwait"
+    subprocess.run(["gcc", "-O2", "-pthread", "-o", str(out), str(WORKLOADS / "lockwait.c")],
+                   check=True)
+    return out
 
 
 def needs_root():

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import IOTRACE, ROOT, WORKLOADS, iotrace_cmd, needs_root, trace_run
+from conftest import IOTRACE, ROOT, WORKLOADS, iotrace_cmd, needs_root
 
 import iotrace
 

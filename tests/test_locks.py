@@ -4,8 +4,6 @@ be within 10% of what each thread measured itself. Kernel: writers contending
 on one inode; every rwsem-writer wait lies inside a pwrite64 of its thread."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -13,16 +11,6 @@ import pytest
 from conftest import WORKLOADS, needs_root, rows, trace_run
 
 pytestmark = needs_root()
-
-
-@pytest.fixture(scope="module")
-def lockwait_bin(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not installed")
-    out = tmp_path_factory.mktemp("bin") / "lockwait"
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", str(out), str(WORKLOADS / "lockwait.c")],
-                   check=True)
-    return out
 
 
 def test_futex_wait_per_thread_matches_program(tmp_path, lockwait_bin):

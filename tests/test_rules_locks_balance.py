@@ -390,16 +390,6 @@ def sweep_max(intervals):
     return best
 
 
-@pytest.fixture(scope="module")
-def lockwait_bin(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not installed")
-    out = tmp_path_factory.mktemp("bin") / "lockwait"
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", str(out), str(WORKLOADS / "lockwait.c")],
-                   check=True)
-    return out
-
-
 @needs_root()
 def test_h5py_threads_serialise_on_its_lock(tmp_path):
     pytest.importorskip("h5py", reason="h5py is not installed (make test installs it)")

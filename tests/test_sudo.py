@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pwd
 
-import pytest
 
 from conftest import needs_root, trace_run
 

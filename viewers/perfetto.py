@@ -501,7 +501,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             return proc_uuid[pid]
 
         # ---- calls and lock waits: one slice each (or merged runs) ----
-        ev = con.execute(f"""
+        ev = con.execute("""
             select e.pid, e.tid, k.kind, e.ts_ns, e.dur_ns, k.key_id,
                    coalesce(e."offset", -1) as off, coalesce(e.req_bytes, 0) as req,
                    coalesce(e.ret, 0) as ret

@@ -8,7 +8,6 @@ by signal N).
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import signal
 import sys

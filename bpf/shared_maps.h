@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Maps both BPF objects use: iotrace.bpf.c creates them, and the recorder
+ * hands the same maps to netfs.bpf.c (bpf_map__reuse_fd) before it loads.
+ */
+#ifndef IOTRACE_SHARED_MAPS_H
+#define IOTRACE_SHARED_MAPS_H
+
+/* Traced tgids. Value unused (1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced SEC(".maps");
+
+/* Every record, of both objects. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 20); /* resized by the loader */
+} events SEC(".maps");
+
+/* enum iot_counter, per CPU */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IOT_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		(*v)++;
+}
+
+#endif
