@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 RECORDER := $(BUILD)/iotrace-recorder
 PKG_BIN := userspace/iotrace/bin/iotrace-recorder
 
-.PHONY: all deps test-deps venv build test demo bench clean
+.PHONY: all deps test-deps venv build test test-vm demo bench clean
 
 all: deps build venv
 
@@ -85,11 +85,18 @@ test: all test-deps $(VENV)/.workloads
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 	$(PY) -m pytest -ra $(PYTEST_ARGS) tests
 
+# Only the second-kernel tests: Debian's 6.1 kernel under QEMU with an NFS server
+# on loopback (about 3 minutes under software emulation; also part of `make test`).
+test-vm: all test-deps $(VENV)/.workloads
+	$(PY) -m pytest -ra -s tests/test_vm.py
+
 demo: all
 	$(PY) examples/demo.py
 
 bench: all
 	$(PY) bench/overhead.py
+	$(PY) bench/report_speed.py
+	$(PY) bench/export_speed.py
 
 clean:
 	rm -rf $(BUILD) $(PKG_BIN) $(VENV) *.egg-info
