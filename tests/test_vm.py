@@ -29,8 +29,9 @@ def test_nfs_and_core_tests_on_debian_6_1():
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     env = dict(os.environ, PATH=f"{Path(VNG).parent}:{os.environ['PATH']}")
+    # --rwdir: the checkout may live under /tmp, which the guest replaces with its own
     cmd = [VNG, "--run", KERNELS[-1], "--disable-kvm", "--cpus", "2", "--memory", "2G", "--rw",
-           "--exec", f"sh {ROOT}/tests/vm/run_in_vm.sh {ROOT} {out}"]
+           f"--rwdir={ROOT}", "--exec", f"sh {ROOT}/tests/vm/run_in_vm.sh {ROOT} {out}"]
     res = subprocess.run(["timeout", "1500", *cmd], env=env, capture_output=True, text=True)
     log = (out / "pytest.log").read_text() if (out / "pytest.log").exists() else ""
     setup = (out / "setup.log").read_text() if (out / "setup.log").exists() else ""
