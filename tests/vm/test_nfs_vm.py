@@ -93,9 +93,8 @@ def test_rpc_counts_match_nfs_calls(traced):
                            group by all order by 4 desc limit 20""")
     assert rpc.get("READ", 0) == nfs_reads, (seen, traced.meta["probes"])
     assert rpc.get("WRITE", 0) == nfs_writes
-    # unstable WRITEs (async export) are followed by COMMITs at fsync
-    nfs_commits = rows(traced, "select count(*) from events where op = 'nfs_commit'")[0][0]
-    assert nfs_commits >= 1 and rpc.get("COMMIT", 0) >= 1
+    # COMMITs are not checked: whether the client writes unstable (and then
+    # COMMITs) or stable depends on how much is dirty when it flushes
     # every RPC splits into queue (backlog), network+server (rtt) and the rest
     bad = rows(traced, """select count(*) from events where op = 'rpc'
                           and (req_bytes + "offset" > dur_ns or dur_ns <= 0)""")[0][0]
