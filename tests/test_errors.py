@@ -84,6 +84,14 @@ def test_command_not_found(tmp_path):
 
 
 @needs_root()
+def test_command_path_not_found(tmp_path):
+    res = iotrace_cmd("run", "-o", str(tmp_path / "t"), "--", str(tmp_path / "no-such-script"))
+    assert res.returncode == 127
+    assert "no such file" in one_line(res.stderr)
+    assert not (tmp_path / "t").exists()
+
+
+@needs_root()
 def test_command_not_executable(tmp_path):
     script = tmp_path / "script.sh"
     script.write_text("#!/bin/sh\necho hi\n")   # not chmod +x

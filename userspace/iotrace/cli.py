@@ -290,8 +290,10 @@ def run(out, force, quiet, ringbuf_mb, want_report, want_perfetto, target_read, 
     check_can_trace()
     user = invoking_user()
     env = job_env(user)
-    if "/" not in command[0] and shutil.which(command[0], path=env.get("PATH")) is None:
-        say(f"{command[0]}: command not found")
+    missing = (not os.path.exists(command[0]) if "/" in command[0]
+               else shutil.which(command[0], path=env.get("PATH")) is None)
+    if missing:
+        say(f"{command[0]}: " + ("no such file" if "/" in command[0] else "command not found"))
         sys.exit(EXIT_NOT_FOUND)
     outdir = prepare_outdir(out, Path(command[0]).name, force)
     if user:

@@ -75,10 +75,16 @@ def print_summary(t: Trace, console: Console) -> None:
         console.print("  [yellow]not resolved or cut:[/yellow] "
                       + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in lost.items()))
     by_reason: dict[str, list[str]] = {}
+    no_nfs = False
     for sk in meta.get("probes", {}).get("skipped", []):
-        by_reason.setdefault(sk["why"], []).append(sk["probe"])
+        if "not loaded" in sk["why"]:
+            no_nfs = True    # no NFS mount: nothing to see there, one quiet line
+        else:
+            by_reason.setdefault(sk["why"], []).append(sk["probe"])
     for why, probes in by_reason.items():
         console.print(f"  [yellow]probes skipped[/yellow] ({why}): {', '.join(probes)}")
+    if no_nfs:
+        console.print("  [dim]NFS/RPC probes off: no NFS mount when tracing started[/dim]")
     ops = Table(title=None, box=None, pad_edge=False, header_style="bold")
     for col, justify in (("op", "left"), ("calls", "right"), ("bytes", "right"),
                          ("time s", "right"), ("errors", "right")):
