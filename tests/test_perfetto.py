@@ -356,3 +356,23 @@ def test_cli_export_and_view(tmp_path):
     assert "up to date" in res.output
     assert "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:" in res.output
     assert "/tr.pftrace" in res.output
+
+
+def test_nfs_and_rpc_on_their_own_track(tmp_path):
+    """RPCs (completed in rpciod, tid -1) and NFS calls get a process's
+    "NFS / RPC" track; an RPC is named by its program and procedure and keeps
+    its xid, which its NFS call carries too."""
+    t = synth_trace(tmp_path / "t", events=[
+        ev("rpc", ts=1000, dur=5000, tid=-1, fd=1, off=3000, req=500, path="nfs",
+           path2="READ", arg=0x1234),
+        ev("nfs_read", ts=900, dur=5200, fd=-1, off=0, req=65536, ret=65536, file_id=0,
+           arg=0x1234),
+        ev("pread64", ts=800, dur=6000, fd=3, off=0, req=65536, ret=65536, file_id=0),
+    ], files=[(0, "/mnt/nfs/a.bin", "nfs4")], processes=[(100, 1, "python train.py")])
+    pf.export(t, tmp_path / "o.pftrace")
+    r = check(decode(tmp_path / "o.pftrace"))
+    sl = {s[1]: s for s in r["slices"]}
+    assert {"RPC nfs READ", "nfs_read a.bin", "pread64 a.bin"} <= set(sl)
+    assert r["desc"][sl["RPC nfs READ"][0]].name == "NFS / RPC"
+    assert r["desc"][sl["nfs_read a.bin"][0]].name == "NFS / RPC (tid 100)"
+    assert r["desc"][sl["pread64 a.bin"][0]].thread.tid == 100

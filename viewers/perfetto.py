@@ -101,6 +101,8 @@ LIFE_OPS = ("proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", 
 LOCK_OPS = ("lock_contention",)
 
 KIND_CALL, KIND_LOCK = 0, 1
+KIND_NET = 3           # NFS calls and RPCs: a track of their own per process
+NET_OPS = ("rpc", "nfs_read", "nfs_write", "nfs_commit")
 FIRST_UUID = 1000          # sequence ids 0/1 are the tracing service's: stay clear of them
 
 # ---- protobuf wire format, one message at a time (descriptors, headers) --------
@@ -444,22 +446,29 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
 
     # Names: one row per distinct (op, file_id, path) with its event name and path.
     files = dict(con.execute("select file_id, path from files").fetchall())
-    keys = con.execute("select op, file_id, path from events group by all").fetchall()
+    # path2 only matters for an RPC (its procedure); elsewhere it is not a key
+    keys = con.execute("""select op, file_id, path,
+                                 case when op = 'rpc' then path2 end as path2
+                          from events group by all""").fetchall()
     name_iid: dict[str, int] = {}
     str_iid: dict[str, int] = {}
     key_rows = []
-    for op, file_id, path in keys:
+    for op, file_id, path, path2 in keys:
         p = files.get(file_id) if file_id is not None and file_id >= 0 else None
         p = p or path
         name = f"{op} {_basename(p)}" if p else str(op)
+        if op == "rpc":     # "RPC nfs READ": program and procedure
+            name = f"RPC {path or '?'} {path2 or '?'}"
         ni = name_iid.setdefault(name, len(name_iid) + 1)
         si = str_iid.setdefault(p, len(str_iid) + 1) if p else 0
-        kind = 2 if op in LIFE_OPS else (KIND_LOCK if op in LOCK_OPS else KIND_CALL)
-        key_rows.append((op, file_id, path, len(key_rows), ni, si, kind))
+        kind = 2 if op in LIFE_OPS else (KIND_LOCK if op in LOCK_OPS else
+                                         KIND_NET if op in NET_OPS else KIND_CALL)
+        key_rows.append((op, file_id, path, len(key_rows), ni, si, kind, path2))
     key_tab = pa.table({
         "op": pa.array([r[0] for r in key_rows], pa.string()),
         "file_id": pa.array([r[1] for r in key_rows], pa.int64()),
         "path": pa.array([r[2] for r in key_rows], pa.string()),
+        "path2": pa.array([r[7] for r in key_rows], pa.string()),
         "key_id": pa.array([r[3] for r in key_rows], pa.int32()),
         "kind": pa.array([r[6] for r in key_rows], pa.int8())})
     key_name = np.array([r[4] for r in key_rows] or [0], np.int64)
@@ -508,7 +517,8 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             from events e join _pf_keys k
               on e.op = k.op and e.file_id is not distinct from k.file_id
                  and e.path is not distinct from k.path
-            where k.kind < 2
+                 and (e.op <> 'rpc' or e.path2 is not distinct from k.path2)
+            where k.kind in (0, 1, 3)
             order by e.pid, e.tid, k.kind, e.ts_ns""").fetchnumpy()
         ev = {k: np.asarray(v) for k, v in ev.items()}
         mark("fetch calls (sorted)")
@@ -530,7 +540,12 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
         for j, i in enumerate(first):
             p, t, kd = int(pid[i]), int(tid[i]), int(kind[i])
             pu = process_track(p)
-            if kd == KIND_CALL:
+            if kd == KIND_NET:
+                # RPCs complete in rpciod, not in a thread of the job (tid -1)
+                u = uuids.take()
+                describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, pu) + _fb(
+                    F.TD_NAME, "NFS / RPC" if t < 0 else f"NFS / RPC (tid {t})"))
+            elif kd == KIND_CALL:
                 u = uuids.take()
                 tname = thread_names.get((p, t)) or f"tid {t}"
                 describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, pu) + _fb(
