@@ -48,13 +48,19 @@ def test_kernel_lock_contention_inside_writes(tmp_path):
                              where f.path = ? and op = 'pwrite64'""", str(target))
     assert len(writers) == 4
     assert len(waits) > 0, "4 writers on one inode should contend"
-    assert len({w[3] for w in waits}) == 1, "all on the one inode lock"
-    assert {(w[0],) for w in waits} <= set(writers)
+    # the inode's rwsem is the lock most waited on (an mmap_lock writer wait of
+    # the interpreter may add a few on another address)
+    by_lock: dict[int, int] = {}
+    for w in waits:
+        by_lock[w[3]] = by_lock.get(w[3], 0) + 1
+    inode_lock = max(by_lock, key=by_lock.get)
+    assert by_lock[inode_lock] >= len(waits) / 2
+    assert {(w[0],) for w in waits if w[3] == inode_lock} <= set(writers)
     outside = rows(trace, """
         select count(*) from events l where op = 'lock_contention' and flags = 4
-          and not exists (
+          and arg = ? and not exists (
             select 1 from events w join files f using (file_id)
             where f.path = ? and w.tid = l.tid and w.op = 'pwrite64'
               and l.ts_ns >= w.ts_ns and l.ts_ns + l.dur_ns <= w.ts_ns + w.dur_ns)""",
-                   str(target))[0][0]
+                   inode_lock, str(target))[0][0]
     assert outside == 0
