@@ -44,10 +44,29 @@ def traced(tmp_path_factory):
             f"dd if=/dev/zero of={mnt}/{v}_direct_write.bin bs=1M count=8 oflag=direct "
             "status=none",
         ]
+    # fio, O_DIRECT, on the v3 mount: its JSON is the ground truth
+    Path(f"{W}/export/fio_read.bin").write_bytes(b"f" * SIZE)
+    for name, rw in (("read", "read"), ("write", "write")):
+        script.append(f"fio --name=nfs{name} --filename={W}/nfs3/fio_{name}.bin --rw={rw} "
+                      f"--bs=256k --size={SIZE} --direct=1 --ioengine=psync "
+                      f"--output-format=json --output={W}/fio_{name}.json")
     out = tmp_path_factory.mktemp("nfs") / "trace"
     proc, trace = trace_run(out, "sh", "-c", " && ".join(script))
     assert proc.returncode == 0, proc.stderr
     return trace
+
+
+@pytest.mark.parametrize("rw", ["read", "write"])
+def test_fio_direct_io_on_nfs_matches_fio(traced, rw):
+    import json
+    job = json.loads(Path(f"{W}/fio_{rw}.json").read_text())["jobs"][0][rw]
+    path = f"{W}/nfs3/fio_{rw}.bin"
+    syscalls = rows(traced, f"""select count(*), sum(e.ret) from events e join files f
+                                using (file_id) where f.path = ? and e.op = 'p{rw}64'""",
+                    path)[0]
+    assert syscalls == (job["total_ios"], job["io_bytes"])
+    calls, nbytes, _ = nfs(traced, f"nfs_{rw}", path)
+    assert nbytes == job["io_bytes"] == SIZE          # O_DIRECT: every byte is one RPC's
 
 
 def nfs(trace, op, path):
