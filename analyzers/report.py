@@ -11,7 +11,7 @@ from .base import Context, Finding, Targets, severity_rank
 from .rates import human_bytes, human_rate
 from .registry import all_rules
 from .thresholds import load_thresholds
-from .views import create_views
+from .views import READ_OPS, WRITE_OPS, create_views, sql_list
 
 REPORT_SCHEMA = "iotrace-report/1"
 
@@ -65,9 +65,8 @@ def make_verdict(ctx: Context) -> dict:
                                       coalesce(sum(nbytes) filter (where dir = 'write'), 0),
                                       count(*) filter (where dir = 'read') from io""")
     dur = ctx.duration_s
-    busy_ns = union_ns(ctx.con,
-        "op in ('read','pread64','readv','preadv','preadv2','write','pwrite64','writev',"
-        "'pwritev','pwritev2','fsync','fdatasync') and file_id >= 0")
+    busy_ns = union_ns(ctx.con, f"op in {sql_list(READ_OPS + WRITE_OPS + ('fsync', 'fdatasync'))}"
+                                " and file_id >= 0")
     v = {
         "duration_s": round(dur, 3),
         "bytes_read": int(rd),

@@ -1,8 +1,8 @@
 """DuckDB views the rules share, created once per report."""
 from __future__ import annotations
 
-READ_OPS = ("read", "pread64", "readv", "preadv", "preadv2")
-WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+from iotrace.abi import READ_OPS, WRITE_OPS, sql_list  # noqa: F401  (re-exported to rules)
+
 META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fstat",
             "newfstatat", "statx", "getdents64", "unlink", "unlinkat", "rename", "renameat",
             "renameat2", "mkdir", "mkdirat", "rmdir")
@@ -11,10 +11,6 @@ META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fst
 # Paths that are not the job's data: code, libraries, kernel and system files.
 NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
                r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
-
-
-def sql_list(names) -> str:
-    return "(" + ", ".join(f"'{n}'" for n in names) + ")"
 
 
 def create_views(con) -> None:

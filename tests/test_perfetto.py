@@ -127,7 +127,7 @@ def counter_bytes(points, bin_ns=pf.BIN_NS) -> float:
 def file_bytes(trace, ops) -> int:
     return trace.con.execute(
         f"select coalesce(sum(ret), 0) from events where file_id >= 0 and ret > 0 "
-        f"and op in {pf._sql_list(ops)}").fetchone()[0]
+        f"and op in {pf.sql_list(ops)}").fetchone()[0]
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +259,7 @@ def test_real_trace(tmp_path):
     stats = export_perfetto(tmp_path / "trace", tmp_path / "real.pftrace")
     r = check(decode(tmp_path / "real.pftrace"))
     life = t.con.execute(f"select count(*) from events where op in "
-                         f"{pf._sql_list(pf.LIFE_OPS)}").fetchone()[0]
+                         f"{pf.sql_list(pf.LIFE_OPS)}").fetchone()[0]
     assert stats["merged_calls"] == 0
     calls = [s for s in r["slices"] if s[0] != r["by_name"]["phases"]]
     assert len(calls) + life == t.meta["events"] == stats["events"]

@@ -81,6 +81,9 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
+from iotrace import abi
+from iotrace.abi import LIFE_OPS, SYNC_OPS, sql_list
+
 MAX_SLICES = 2_000_000
 BIN_NS = 10_000_000                  # counter bins: 10 ms
 PHASE_NS = 100_000_000               # phase classification windows: 100 ms
@@ -93,11 +96,9 @@ MERGE_STEPS = [(10 * US, 1 * MS), (10 * US, 10 * MS), (100 * US, 10 * MS),
                (10 * MS, 1 * S_), (100 * MS, 1 * S_), (1 * S_, 10 * S_), (None, 10 * S_),
                (None, None)]
 
-READ_OPS = ("read", "pread64", "readv", "preadv", "preadv2", "sendfile", "copy_file_range")
-WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2", "sendfile",
-             "copy_file_range")
-SYNC_OPS = ("fsync", "fdatasync", "sync_file_range")
-LIFE_OPS = ("proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename")
+# Counters count bytes moved: copies are both read and written.
+READ_OPS = abi.READ_OPS + abi.COPY_OPS
+WRITE_OPS = abi.WRITE_OPS + abi.COPY_OPS
 LOCK_OPS = ("lock_contention",)
 
 KIND_CALL, KIND_LOCK = 0, 1
@@ -386,10 +387,6 @@ def _ann_str_iid(name: str, iids, present=None) -> _Msg:
 
 # ---- the exporter ---------------------------------------------------------------
 
-def _sql_list(names) -> str:
-    return "(" + ", ".join(f"'{n}'" for n in names) + ")"
-
-
 def _basename(path: Optional[str]) -> str:
     if not path:
         return ""
@@ -596,7 +593,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
         # ---- life events: instants on the process tracks ----
         life = con.execute(f"""
             select pid, tid, ts_ns, op, ret, arg from events
-            where op in {_sql_list(LIFE_OPS)} order by pid, ts_ns""").fetchall()
+            where op in {sql_list(LIFE_OPS)} order by pid, ts_ns""").fetchall()
         inst = []
         life_seq: dict[int, int] = {}
         for p, t, tsv, op, ret, arg in life:
@@ -852,10 +849,10 @@ def _counters(con, t0: int, t1: int, bin_ns: int, stats: dict):
     W = int(bin_ns)
     io = f"""
         select pid, ts_ns - {t0} as s, ts_ns - {t0} + greatest(dur_ns, 0) as e,
-               case when op in {_sql_list(READ_OPS)} then greatest(ret, 0) else 0 end as rb,
-               case when op in {_sql_list(WRITE_OPS)} then greatest(ret, 0) else 0 end as wb
+               case when op in {sql_list(READ_OPS)} then greatest(ret, 0) else 0 end as rb,
+               case when op in {sql_list(WRITE_OPS)} then greatest(ret, 0) else 0 end as wb
         from events
-        where file_id >= 0 and op in {_sql_list(READ_OPS + WRITE_OPS + SYNC_OPS)}"""
+        where file_id >= 0 and op in {sql_list(READ_OPS + WRITE_OPS + SYNC_OPS)}"""
     rows = con.execute(f"""
         with io as ({io}),
         one as (select pid, s // {W} as bin, sum(rb)::double as rb, sum(wb)::double as wb,

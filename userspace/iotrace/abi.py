@@ -57,6 +57,12 @@ OP = {name: i for i, name in enumerate(OP_NAMES)}
 
 READ_OPS = ("read", "pread64", "readv", "preadv", "preadv2")
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+COPY_OPS = ("sendfile", "copy_file_range")   # in-kernel copies: read one fd, write another
+def sql_list(names) -> str:
+    """('a', 'b') for an SQL IN list."""
+    return "(" + ", ".join(f"'{n}'" for n in names) + ")"
+
+
 OPEN_OPS = ("open", "openat", "openat2", "creat")
 SYNC_OPS = ("fsync", "fdatasync", "sync_file_range")
 META_OPS = ("stat", "lstat", "fstat", "newfstatat", "statx", "getdents64",

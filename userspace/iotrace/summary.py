@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from .abi import WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
 
 # Per file, copies count as reads of their input file (file_id is the input).
-FILE_WRITE_OPS_SQL = "('write','pwrite64','writev','pwritev','pwritev2')"
+FILE_WRITE_OPS_SQL = sql_list(WRITE_OPS)
 
 
 @dataclass

@@ -12,11 +12,13 @@ from typing import Optional
 
 import duckdb
 
+from .abi import COPY_OPS, READ_OPS, WRITE_OPS, sql_list
 from .errors import EXIT_TRACE, IotraceError
 from .tracedir import SCHEMA_VERSION, EVENTS_SCHEMA_NAMES
 
-READ_OPS_SQL = "('read','pread64','readv','preadv','preadv2','sendfile','copy_file_range')"
-WRITE_OPS_SQL = "('write','pwrite64','writev','pwritev','pwritev2','sendfile','copy_file_range')"
+# Bytes the job moved: copies count as both read and written.
+READ_OPS_SQL = sql_list(READ_OPS + COPY_OPS)
+WRITE_OPS_SQL = sql_list(WRITE_OPS + COPY_OPS)
 
 
 class Trace:
