@@ -27,6 +27,22 @@ def lockwait_bin(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def lockwait_run(tmp_path_factory, lockwait_bin):
+    """One traced run of lockwait (4 threads x 60 reads under one mutex), shared by
+    the raw-trace test and the lock-contention rule test: (trace, data file, mutex
+    address, {tid: wait ns the thread measured itself})."""
+    base = tmp_path_factory.mktemp("lockwait")
+    data = base / "data.bin"
+    data.write_bytes(b"m" * (16 * 4096))
+    proc, trace = trace_run(base / "trace", str(lockwait_bin), str(data), "4", "60")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split("\n")
+    mutex = int(lines[0].split()[1], 16)
+    measured = {int(t): int(w) for t, w in (line.split() for line in lines[1:] if line.strip())}
+    return trace, data, mutex, measured
+
+
 def needs_root():
     return pytest.mark.skipif(os.geteuid() != 0, reason="tracing needs root (real BPF)")
 

@@ -13,14 +13,8 @@ from conftest import WORKLOADS, needs_root, rows, trace_run
 pytestmark = needs_root()
 
 
-def test_futex_wait_per_thread_matches_program(tmp_path, lockwait_bin):
-    data = tmp_path / "data.bin"
-    data.write_bytes(b"m" * (16 * 4096))
-    proc, trace = trace_run(tmp_path / "trace", str(lockwait_bin), str(data), "4", "60")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.split("\n")
-    mutex = int(lines[0].split()[1], 16)
-    measured = {int(t): int(w) for t, w in (l.split() for l in lines[1:] if l.strip())}
+def test_futex_wait_per_thread_matches_program(lockwait_run):
+    trace, data, mutex, measured = lockwait_run
     assert len(measured) == 4
     traced = dict(rows(trace, """select tid, sum(dur_ns) from events
                                  where op = 'futex' and arg = ? group by tid""", mutex))

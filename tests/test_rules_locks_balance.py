@@ -430,14 +430,8 @@ def test_h5py_threads_serialise_on_its_lock(tmp_path):
 
 
 @needs_root()
-def test_lockwait_per_thread_wait_matches_program(tmp_path, lockwait_bin):
-    data = tmp_path / "data.bin"
-    data.write_bytes(b"m" * (16 * 4096))
-    proc, trace = trace_run(tmp_path / "trace", str(lockwait_bin), str(data), "4", "60")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.split("\n")
-    mutex = int(lines[0].split()[1], 16)
-    measured = {int(t): int(w) for t, w in (line.split() for line in lines[1:] if line.strip())}
+def test_lockwait_per_thread_wait_matches_program(lockwait_run):
+    trace, _, mutex, measured = lockwait_run
 
     f = one(trace, "lock-contention")
     e = f.evidence
