@@ -11,7 +11,8 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config g
 	fio strace bpftrace python3-venv
 # What only the tests need: headless Chromium for the HTML report; QEMU, Debian's
 # 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests.
-TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server
+TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server \
+	libibverbs-dev ibverbs-providers iproute2
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
@@ -61,20 +62,17 @@ $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-$(BUILD)/iotrace.bpf.o: bpf/iotrace.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
+BPF_OBJS := iotrace netfs rdma verbs
+RECORDER_SRC := userspace/recorder/recorder.c userspace/recorder/probes.c userspace/recorder/elf_sym.c
+
+$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
 
-$(BUILD)/iotrace.skel.h: $(BUILD)/iotrace.bpf.o
-	$(BPFTOOL) gen skeleton $< name iotrace_bpf > $@
+$(BUILD)/%.skel.h: $(BUILD)/%.bpf.o
+	$(BPFTOOL) gen skeleton $< name $*_bpf > $@
 
-$(BUILD)/netfs.bpf.o: bpf/netfs.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
-	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
-
-$(BUILD)/netfs.skel.h: $(BUILD)/netfs.bpf.o
-	$(BPFTOOL) gen skeleton $< name netfs_bpf > $@
-
-$(RECORDER): userspace/recorder/recorder.c userspace/recorder/syscall_table.h bpf/iotrace.h $(BUILD)/iotrace.skel.h $(BUILD)/netfs.skel.h
-	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $< -lbpf -lelf -lz -o $@
+$(RECORDER): $(RECORDER_SRC) userspace/recorder/*.h bpf/iotrace.h $(BPF_OBJS:%=$(BUILD)/%.skel.h)
+	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $(RECORDER_SRC) -lbpf -lelf -lz -o $@
 
 # Copied by rename: a recorder that is running keeps its old binary.
 $(PKG_BIN): $(RECORDER)

@@ -4,21 +4,29 @@ Question: for each NFS RPC procedure of the traced processes, how does its
 time split into client queue (backlog: waiting for a transport slot),
 network + server (rtt: sent to reply) and the rest of the client's work
 (execute - backlog - rtt)? Are NFS READs and WRITEs much smaller than the
-mount's rsize/wsize? Are there many COMMITs per MiB written?
+mount's rsize/wsize? Are there many COMMITs or fsyncs per MiB written? What
+throughput does each NFS mount give the job, against the read target? Over
+RDMA: how much data moved through RDMA chunks, and how much inline?
 
 Trigger: any RPC or NFS I/O of the traced processes gives an info finding with
 the split per procedure (p50/p99). warn when NFS reads or writes have a median
 size under `small_share` of rsize/wsize with at least `min_calls` calls (each
 costs a round trip), or when COMMITs exceed `max_commits_per_mib` per MiB
-written; high when the client queue (backlog) is over `high_backlog_share` of
-the RPC time (the transport is the bottleneck: more connections, nconnect=).
+written, or fsync/fdatasync calls on NFS files exceed `max_fsyncs_per_mib`
+per MiB written; high when the client queue (backlog) is over
+`high_backlog_share` of the RPC time (the transport is the bottleneck: more
+connections, nconnect=). Per mount, the job's read throughput while it read
+from the mount is compared with the read target (--target-read, or GPUs x
+per-GPU rate): under the target it is a warn.
 """
 from __future__ import annotations
 
 import re
 
+from iotrace.abi import SYNC_OPS, sql_list
+
 from .base import Context, Finding, Rule
-from .rates import human_bytes
+from .rates import human_bytes, human_rate
 
 MiB = 1 << 20
 
@@ -80,6 +88,30 @@ def run(ctx: Context) -> list[Finding]:
         if per_mib > th["max_commits_per_mib"]:
             severity = "warn"
             notes.append(f"{per_mib:.1f} COMMITs per MiB written (fsync after small writes)")
+    fsyncs = ctx.one(f"""select count(*) from events e join files f using (file_id)
+                         where e.op in {sql_list(SYNC_OPS)} and f.fs_type = 'nfs'""")[0]
+    written = io["nfs_write"][2] if "nfs_write" in io else 0
+    if fsyncs:
+        evidence["nfs_fsyncs"] = fsyncs
+        if written and fsyncs / (written / MiB) > th["max_fsyncs_per_mib"]:
+            severity = "warn" if severity == "info" else severity
+            notes.append(f"{fsyncs} fsyncs for {human_bytes(written)} written")
+    mounts = per_mount(ctx)
+    if mounts:
+        evidence["mounts"] = mounts
+        target = ctx.targets.read_bps
+        for mnt, m in mounts.items():
+            if target and m["read_bytes"] and m["read_bytes_per_s"] < target:
+                severity = "warn" if severity == "info" else severity
+                notes.append(f"reads from {mnt} at {human_rate(m['read_bytes_per_s'])}, "
+                             f"under the {human_rate(target)} target")
+    rdma = rdma_transport(ctx)
+    if rdma:
+        evidence["rdma"] = rdma
+        if rdma["out_of_mrs"]:
+            severity = "high"
+            notes.append(f"{rdma['out_of_mrs']} RPCs waited for a free RDMA memory "
+                         "registration")
     if backlog_share > th["high_backlog_share"]:
         severity = "high"
         notes.append(f"{backlog_share:.0%} of RPC time queued for a transport slot")
@@ -100,11 +132,51 @@ def run(ctx: Context) -> list[Finding]:
                       where op = 'rpc' order by dur_ns desc limit 3""")])]
 
 
+def per_mount(ctx: Context) -> dict:
+    """Syscall bytes per NFS mount, and the read rate while reading from it
+    (first read's start to last read's end)."""
+    rows = ctx.rows("""
+        select mount_point, any_value(mount_options),
+               sum(nbytes) filter (where dir = 'read'), sum(nbytes) filter (where dir = 'write'),
+               min(ts_ns) filter (where dir = 'read'), max(ts_ns + dur_ns) filter (where dir = 'read')
+        from io join files using (file_id) where io.fs_type = 'nfs'
+        group by mount_point order by 3 desc nulls last""")
+    out = {}
+    for mnt, opts, rd, wr, t0, t1 in rows:
+        proto = re.search(r"(?:^|,)proto=(\w+)", opts or "")
+        out[mnt or "?"] = {
+            "proto": proto.group(1) if proto else None,
+            "read_bytes": rd or 0, "write_bytes": wr or 0,
+            "read_bytes_per_s": (rd or 0) / max((t1 - t0) / 1e9, 1e-9) if rd else 0.0}
+    return out
+
+
+def rdma_transport(ctx: Context) -> dict:
+    """RPC-over-RDMA: RPCs marshalled, bytes moved by RDMA chunks (the server
+    writes READ data into write/reply chunks and reads WRITE data from read
+    chunks), RPCs sent inline, and registration trouble."""
+    r = ctx.one("""
+        select count(*) filter (where op = 'rpcrdma_marshal'),
+               count(*) filter (where op = 'rpcrdma_marshal' and flags <= 2 and mode <= 2),
+               coalesce(sum(req_bytes) filter (where op in ('rpcrdma_chunk_write',
+                                                             'rpcrdma_chunk_reply',
+                                                             'rpcrdma_chunk_wp')), 0),
+               coalesce(sum(req_bytes) filter (where op = 'rpcrdma_chunk_read'), 0),
+               count(*) filter (where op in ('rpcrdma_nomrs', 'rpcrdma_frwr_maperr')),
+               count(*) filter (where op = 'rpcrdma_post_send_err')
+        from events where op like 'rpcrdma%'""")
+    if not r or not r[0]:
+        return {}
+    return {"rpcs_marshalled": r[0], "rpcs_inline": r[1],
+            "chunk_bytes_written_by_server": r[2], "chunk_bytes_read_by_server": r[3],
+            "out_of_mrs": r[4], "send_errors": r[5]}
+
+
 RULE = Rule(
     id="nfs",
     title="NFS and RPC time",
     question="Where does the time of NFS calls go, and are they as large as the mount allows?",
     thresholds={"small_share": 0.25, "min_calls": 64, "max_commits_per_mib": 1.0,
-                "high_backlog_share": 0.5},
+                "max_fsyncs_per_mib": 1.0, "high_backlog_share": 0.5},
     run=run,
 )

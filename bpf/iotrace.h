@@ -50,6 +50,54 @@ enum iot_op {
 	IOT_NFS_WRITE,    /* WRITE RPC */
 	IOT_NFS_COMMIT,   /* COMMIT RPC */
 	IOT_RPC,          /* one RPC of a traced process (rpc_stats_latency) */
+	/* NFS over RDMA (rpcrdma, bpf/rdma.bpf.c): per RPC of a traced process;
+	 * arg = xid unless said otherwise */
+	IOT_RPCRDMA_MARSHAL,     /* req_bytes = call length, flags = rtype, mode = wtype */
+	IOT_RPCRDMA_CHUNK_READ,  /* req_bytes = length, offset = XDR position, fd = nsegs,
+				    mode = handle */
+	IOT_RPCRDMA_CHUNK_WRITE, /* req_bytes = length, fd = nsegs, mode = handle */
+	IOT_RPCRDMA_CHUNK_REPLY, /* same */
+	IOT_RPCRDMA_CHUNK_WP,    /* same (write chunk of a write-pad) */
+	IOT_RPCRDMA_POST_SEND,   /* flags = SGEs */
+	IOT_RPCRDMA_REPLY,       /* req_bytes = credits granted */
+	IOT_RPCRDMA_NOMRS,       /* no free MR to register a chunk; payload = peer */
+	IOT_RPCRDMA_FRWR_MAPERR, /* DMA mapping of an MR failed: ret = mapped, req_bytes = nents */
+	IOT_RPCRDMA_POST_SEND_ERR, /* ret = rc */
+	/* rpcrdma transports (owner: the kernel, pid 0); payload = peer address, port */
+	IOT_RPCRDMA_CONNECT,     /* ret = rc, arg = connection status */
+	IOT_RPCRDMA_DISCONNECT,  /* ret = rc, arg = connection status */
+	IOT_RPCRDMA_MR_ALLOC_ERR, /* an MR for the transport's pool could not be made: ret = rc */
+	/* RDMA core (ib_core, rdma_cm): owner = the resource's task (user
+	 * resources) or the kernel (pid 0, payload = consumer module); arg = id */
+	IOT_RDMA_CQ_ALLOC,       /* req_bytes = CQEs, flags = poll context */
+	IOT_RDMA_CQ_ALLOC_ERR,   /* ret = rc, req_bytes = CQEs */
+	IOT_RDMA_CQ_FREE,
+	IOT_RDMA_CQ_POLL,        /* req_bytes = asked for, ret = completions */
+	IOT_RDMA_CQ_PROCESS,     /* dur_ns = wake-up latency, flags = 1 from interrupt */
+	IOT_RDMA_CQ_SCHEDULE,
+	IOT_RDMA_CQ_RESCHEDULE,
+	IOT_RDMA_CQ_DRAIN,
+	IOT_RDMA_MR_ALLOC,       /* ret = rc, flags = mr type, req_bytes = max SG entries */
+	IOT_RDMA_MR_DEREG,       /* req_bytes = length */
+	IOT_RDMA_CM_EVENT,       /* mode = rdma_cm event, ret = status */
+	IOT_RDMA_CM_EVENT_DONE,  /* mode = rdma_cm event, ret = consumer's result */
+	/* userspace verbs (libibverbs uprobes, bpf/verbs.bpf.c): one per call,
+	 * entry to return; ret = the return value (pointer verbs: 0 = failed) */
+	IOT_IBV_GET_DEVICE_LIST, /* req_bytes = devices found */
+	IOT_IBV_OPEN_DEVICE,     /* payload = device name */
+	IOT_IBV_CLOSE_DEVICE,
+	IOT_IBV_ALLOC_PD,
+	IOT_IBV_DEALLOC_PD,
+	IOT_IBV_CREATE_CQ,       /* req_bytes = CQEs asked for */
+	IOT_IBV_DESTROY_CQ,
+	IOT_IBV_CREATE_QP,
+	IOT_IBV_MODIFY_QP,       /* mode = new qp_state, arg = attr_mask */
+	IOT_IBV_DESTROY_QP,
+	IOT_IBV_REG_MR,          /* req_bytes = length, arg = address, ret = the MR */
+	IOT_IBV_REG_MR_IOVA,     /* same */
+	IOT_IBV_REG_MR_IOVA2,    /* same */
+	IOT_IBV_REG_DMABUF_MR,   /* req_bytes = length, arg = offset */
+	IOT_IBV_DEREG_MR,        /* arg = the MR (matches a registration's ret) */
 	IOT_OP_COUNT
 };
 
@@ -93,6 +141,7 @@ enum iot_counter {
 	IOT_CNT_PATH_TRUNC,     /* payloads cut at their cap */
 	IOT_CNT_NO_STORAGE,     /* entry state could not be stored (task storage full) */
 	IOT_CNT_TRACED_FULL,    /* new process not followed: traced map full */
+	IOT_CNT_KERNEL_CAPPED,  /* kernel-owned RDMA events over the per-CPU rate cap */
 	IOT_CNT_MAX
 };
 

@@ -28,6 +28,17 @@ def lockwait_bin(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def verbs_bin(tmp_path_factory):
+    """tests/workloads/verbs_mr.c built once against libibverbs."""
+    if shutil.which("gcc") is None or not Path("/usr/include/infiniband/verbs.h").exists():
+        pytest.skip("gcc or libibverbs-dev not installed")
+    out = tmp_path_factory.mktemp("bin") / "verbs_mr"
+    subprocess.run(["gcc", "-O2", "-o", str(out), str(WORKLOADS / "verbs_mr.c"), "-libverbs"],
+                   check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
 def lockwait_run(tmp_path_factory, lockwait_bin):
     """One traced run of lockwait (4 threads x 60 reads under one mutex), shared by
     the raw-trace test and the lock-contention rule test: (trace, data file, mutex

@@ -104,6 +104,8 @@ LOCK_OPS = ("lock_contention",)
 KIND_CALL, KIND_LOCK = 0, 1
 KIND_NET = 3           # NFS calls and RPCs: a track of their own per process
 NET_OPS = ("rpc", "nfs_read", "nfs_write", "nfs_commit")
+KIND_RDMA = 4          # kernel RDMA events (rpcrdma, ib_core, rdma_cm): a track per process
+RDMA_OPS = tuple(o for o in abi.OP_NAMES if o.startswith(("rpcrdma_", "rdma_")))
 FIRST_UUID = 1000          # sequence ids 0/1 are the tracing service's: stay clear of them
 
 # ---- protobuf wire format, one message at a time (descriptors, headers) --------
@@ -459,7 +461,8 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
         ni = name_iid.setdefault(name, len(name_iid) + 1)
         si = str_iid.setdefault(p, len(str_iid) + 1) if p else 0
         kind = 2 if op in LIFE_OPS else (KIND_LOCK if op in LOCK_OPS else
-                                         KIND_NET if op in NET_OPS else KIND_CALL)
+                                         KIND_NET if op in NET_OPS else
+                                         KIND_RDMA if op in RDMA_OPS else KIND_CALL)
         key_rows.append((op, file_id, path, len(key_rows), ni, si, kind, path2))
     key_tab = pa.table({
         "op": pa.array([r[0] for r in key_rows], pa.string()),
@@ -497,7 +500,8 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             if pid not in proc_uuid:
                 u = proc_uuid[pid] = uuids.take()
                 cmd, comm = procs.get(pid, (None, None))
-                label = (cmd or comm or f"pid {pid}")
+                label = (cmd or comm or (f"pid {pid}" if pid != abi.KERNEL_PID
+                                         else "kernel (RDMA transports and consumers)"))
                 if len(label) > 200:
                     label = label[:197] + "..."
                 pd = _fv(F.PD_PID, pid) + _fb(F.PD_PROCESS_NAME, label)
@@ -515,7 +519,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
               on e.op = k.op and e.file_id is not distinct from k.file_id
                  and e.path is not distinct from k.path
                  and (e.op <> 'rpc' or e.path2 is not distinct from k.path2)
-            where k.kind in (0, 1, 3)
+            where k.kind in (0, 1, 3, 4)
             order by e.pid, e.tid, k.kind, e.ts_ns""").fetchnumpy()
         ev = {k: np.asarray(v) for k, v in ev.items()}
         mark("fetch calls (sorted)")
@@ -542,6 +546,9 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
                 u = uuids.take()
                 describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, pu) + _fb(
                     F.TD_NAME, "NFS / RPC" if t < 0 else f"NFS / RPC (tid {t})"))
+            elif kd == KIND_RDMA:
+                u = uuids.take()
+                describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, pu) + _fb(F.TD_NAME, "RDMA"))
             elif kd == KIND_CALL:
                 u = uuids.take()
                 tname = thread_names.get((p, t)) or f"tid {t}"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs inside the Debian 6.1 VM (tests/test_vm.py boots it with virtme-ng):
-# an NFS server and client on loopback (v3 and v4.2 over TCP), then the NFS
+# an NFS server and client on loopback (v3 and v4.2 over TCP), NFS v3 over
+# RDMA on Soft-RoCE (rdma_rxe on a dummy interface), then the NFS and RDMA
 # tests and core recorder tests against this kernel. Usage: run_in_vm.sh REPO OUT
 set -u
 REPO=$1
@@ -10,23 +11,32 @@ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 ip link set lo up
 W=/run/iotrace-vm
 mkdir -p $W && mount -t tmpfs tmpfs $W
-mkdir -p $W/export $W/nfs3 $W/nfs4 $W/varlibnfs/v4recovery $W/varlibnfs/rpc_pipefs
+mkdir -p $W/export $W/nfs3 $W/nfs4 $W/rdma $W/varlibnfs/v4recovery $W/varlibnfs/rpc_pipefs
 mount --bind $W/varlibnfs /var/lib/nfs
 touch /var/lib/nfs/etab /var/lib/nfs/rmtab
-for m in nfsd nfs nfsv3 nfsv4; do modprobe $m || log "modprobe $m failed"; done
+for m in nfsd nfs nfsv3 nfsv4 rdma_rxe rpcrdma; do modprobe $m || log "modprobe $m failed"; done
+# Soft-RoCE: an RDMA device on a dummy interface, reached through its address
+ip link add dummy0 type dummy && ip addr add 10.99.0.1/24 dev dummy0 && ip link set dummy0 up
+rdma link add rxe0 type rxe netdev dummy0 2>>"$OUT/setup.log" || log "rdma link add failed"
 mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs 2>/dev/null || true
 mountpoint -q /proc/fs/nfsd || mount -t nfsd nfsd /proc/fs/nfsd
 rpcbind -w 2>>"$OUT/setup.log" || rpcbind 2>>"$OUT/setup.log"
 # async: the server answers WRITE unstable, so the client COMMITs
-exportfs -o rw,async,no_root_squash,insecure,no_subtree_check,fsid=0 "127.0.0.1:$W/export" 2>>"$OUT/setup.log"
+for client in 127.0.0.1 10.99.0.1; do
+    exportfs -o rw,async,no_root_squash,insecure,no_subtree_check,fsid=0 "$client:$W/export" 2>>"$OUT/setup.log"
+done
 rpc.mountd 2>>"$OUT/setup.log"
 rpc.nfsd 4 2>>"$OUT/setup.log"
+echo rdma 20049 > /proc/fs/nfsd/portlist 2>>"$OUT/setup.log" || log "nfsd: no rdma listener"
 mount -t nfs -o vers=3,proto=tcp,nolock "127.0.0.1:$W/export" $W/nfs3 2>>"$OUT/setup.log" || log "v3 mount failed"
 # fsid=0: the export is the NFSv4 pseudo-root, mounted as "/"
 mount -t nfs -o vers=4.2,proto=tcp "127.0.0.1:/" $W/nfs4 2>>"$OUT/setup.log" || log "v4.2 mount failed"
+timeout 120 mount -t nfs -o vers=3,proto=rdma,port=20049,nolock "10.99.0.1:$W/export" $W/rdma \
+    2>>"$OUT/setup.log" || log "NFS over RDMA mount failed"
 grep nfs /proc/mounts >> "$OUT/setup.log"
+rdma link >> "$OUT/setup.log" 2>&1
 cd "$REPO"
 IOTRACE_VM_NFS=$W .venv/bin/python -m pytest -q -p no:cacheprovider -o addopts="" \
-    tests/vm/test_nfs_vm.py tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
+    tests/vm/test_nfs_vm.py tests/vm/test_rdma_vm.py tests/test_verbs.py tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
     > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"

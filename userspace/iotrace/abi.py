@@ -52,6 +52,17 @@ OP_NAMES = [
     "futex", "lock_contention",
     "proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename",
     "nfs_read", "nfs_write", "nfs_commit", "rpc",
+    "rpcrdma_marshal", "rpcrdma_chunk_read", "rpcrdma_chunk_write", "rpcrdma_chunk_reply",
+    "rpcrdma_chunk_wp", "rpcrdma_post_send", "rpcrdma_reply", "rpcrdma_nomrs",
+    "rpcrdma_frwr_maperr", "rpcrdma_post_send_err",
+    "rpcrdma_connect", "rpcrdma_disconnect", "rpcrdma_mr_alloc_err",
+    "rdma_cq_alloc", "rdma_cq_alloc_err", "rdma_cq_free", "rdma_cq_poll", "rdma_cq_process",
+    "rdma_cq_schedule", "rdma_cq_reschedule", "rdma_cq_drain", "rdma_mr_alloc",
+    "rdma_mr_dereg", "rdma_cm_event", "rdma_cm_event_done",
+    "ibv_get_device_list", "ibv_open_device", "ibv_close_device", "ibv_alloc_pd",
+    "ibv_dealloc_pd", "ibv_create_cq", "ibv_destroy_cq", "ibv_create_qp", "ibv_modify_qp",
+    "ibv_destroy_qp", "ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2",
+    "ibv_reg_dmabuf_mr", "ibv_dereg_mr",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
@@ -70,6 +81,17 @@ META_OPS = ("stat", "lstat", "fstat", "newfstatat", "statx", "getdents64",
             "mkdir", "mkdirat", "rmdir")
 LIFE_OPS = ("proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename")
 NFS_OPS = ("nfs_read", "nfs_write", "nfs_commit")
+RPCRDMA_CHUNK_OPS = ("rpcrdma_chunk_read", "rpcrdma_chunk_write", "rpcrdma_chunk_reply",
+                     "rpcrdma_chunk_wp")
+RDMA_CORE_OPS = tuple(n for n in OP_NAMES if n.startswith("rdma_"))
+VERBS_OPS = tuple(n for n in OP_NAMES if n.startswith("ibv_"))
+REG_MR_OPS = ("ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr")
+# Events whose payload holds names (not paths): RPC program and procedure, an
+# RDMA peer's address and port, a kernel RDMA consumer, a verbs device.
+NAMED_PAYLOAD_OPS = ("rpc", "rpcrdma_nomrs", "rpcrdma_post_send_err", "rpcrdma_connect",
+                     "rpcrdma_disconnect", "ibv_open_device") + RDMA_CORE_OPS
+# Owner of kernel-wide events (rpcrdma transports, kernel RDMA consumers)
+KERNEL_PID = 0
 
 # iot_event.eflags
 EF_PATH_TRUNC = 1

@@ -135,8 +135,25 @@ def start_or_clean_up(session: Session) -> None:
         raise
 
 
-def recorder_tuning(ringbuf_mb: int) -> list[str]:
-    return ["--ringbuf-mb", str(ringbuf_mb)]
+def recorder_tuning(ringbuf_mb: int, verbs_lib: Optional[str]) -> list[str]:
+    args = ["--ringbuf-mb", str(ringbuf_mb)]
+    if verbs_lib:
+        if not os.access(verbs_lib, os.R_OK):
+            fail(f"--verbs-lib {verbs_lib}: no such readable file", EXIT_USAGE)
+        args += ["--verbs-lib", os.path.realpath(verbs_lib)]
+    return args
+
+
+def mapped_verbs_library(pid: int) -> Optional[str]:
+    """The libibverbs a running process has mapped (a conda env's, say), if any."""
+    try:
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            path = line.split(maxsplit=5)[5] if line.count(" ") >= 5 else ""
+            if "/libibverbs.so" in path:
+                return path.strip()
+    except (OSError, IndexError):
+        pass
+    return None
 
 
 # ---- commands ------------------------------------------------------------------
@@ -250,6 +267,12 @@ ringbuf_option = click.option(
     help="Ring buffer size (a power of two). Larger buffers absorb longer bursts "
          "before events are dropped.")
 
+verbs_lib_option = click.option(
+    "--verbs-lib", metavar="PATH", type=click.Path(dir_okay=False),
+    help="libibverbs whose RDMA verbs to trace, when the job loads its own copy "
+         "(a conda environment's, say). Default: the system's; attach uses the one "
+         "the process has mapped.")
+
 
 @cli.command(context_settings=dict(CONTEXT, allow_interspersed_args=False))
 @click.option("-o", "--output", "out", metavar="DIR",
@@ -257,13 +280,14 @@ ringbuf_option = click.option(
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
+@verbs_lib_option
 @click.option("--report", "want_report", is_flag=True,
               help="Print the bottleneck report (iotrace report) at the end.")
 @click.option("--perfetto", "want_perfetto", is_flag=True,
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, want_report, want_perfetto, target_read, target_write,
+def run(out, force, quiet, ringbuf_mb, verbs_lib, want_report, want_perfetto, target_read, target_write,
         gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
@@ -298,7 +322,7 @@ def run(out, force, quiet, ringbuf_mb, want_report, want_perfetto, target_read, 
     outdir = prepare_outdir(out, Path(command[0]).name, force)
     if user:
         os.chown(outdir, user.uid, user.gid)
-    args = recorder_tuning(ringbuf_mb)
+    args = recorder_tuning(ringbuf_mb, verbs_lib)
     if user:
         args += ["--uid", str(user.uid), "--gid", str(user.gid),
                  "--groups", ",".join(str(g) for g in user.groups)]
@@ -351,7 +375,8 @@ def run(out, force, quiet, ringbuf_mb, want_report, want_perfetto, target_read, 
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
-def attach(pid, duration, out, force, quiet, ringbuf_mb) -> None:
+@verbs_lib_option
+def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib) -> None:
     """Trace a running process and its present and future descendants.
 
     \b
@@ -374,7 +399,8 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb) -> None:
     outdir = prepare_outdir(out, comm, force)
     if user:
         os.chown(outdir, user.uid, user.gid)
-    args = recorder_tuning(ringbuf_mb) + ["--pid", str(pid)]
+    args = recorder_tuning(ringbuf_mb, verbs_lib or mapped_verbs_library(pid)) + \
+        ["--pid", str(pid)]
     if duration:
         args += ["--duration", str(duration)]
     from .tracedir import base_meta

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .abi import (ANON_INODE_FS_MAGIC, EVENT_DTYPE, OP, OP_NAMES, S_IFBLK, S_IFCHR,
+from .abi import (ANON_INODE_FS_MAGIC, EVENT_DTYPE, NAMED_PAYLOAD_OPS, OP, OP_NAMES,
+                  S_IFBLK, S_IFCHR,
                   S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK)
 from .model import Model
 
@@ -23,7 +24,7 @@ for _name in ("open", "openat", "openat2", "creat", "close", "close_range", "dup
               "dup3", "fcntl", "chdir", "fchdir", "stat", "lstat", "newfstatat", "statx",
               "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
               "rmdir", "mmap", "munmap", "proc_fork", "thread_new", "proc_exec",
-              "thread_exit", "proc_exit", "task_rename", "rpc"):
+              "thread_exit", "proc_exit", "task_rename") + NAMED_PAYLOAD_OPS:
     MODEL_OPS[OP[_name]] = True
 
 FD_KINDS = ["none", "file", "dir", "socket", "pipe", "anon", "chr", "blk", "link", "other"]

@@ -16,7 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .abi import AT_FDCWD, FS_MAGIC, OP, S_IFMT, S_IFREG
+from .abi import AT_FDCWD, FS_MAGIC, NAMED_PAYLOAD_OPS, OP, S_IFMT, S_IFREG
+
+NAMED_OPS = frozenset(OP[n] for n in NAMED_PAYLOAD_OPS)
 
 O_CLOEXEC = 0o2000000
 AT_EMPTY_PATH = 0x1000
@@ -161,8 +163,8 @@ class Model:
         s1 = strings[0].decode("utf-8", "surrogateescape") if strings else None
         s2 = strings[1].decode("utf-8", "surrogateescape") if len(strings) > 1 else None
 
-        if op == OP["rpc"]:
-            return s1, s2, -2    # RPC program and procedure names, not paths
+        if op in NAMED_OPS:
+            return s1, s2, -2    # names (RPC procedure, RDMA peer...), not paths
         if op == OP["proc_fork"]:
             parent = self.proc(pid, ts)
             child = ret

@@ -265,7 +265,8 @@ class Session:
         counters["files_without_path"] = sum(1 for f in self.model.files.values()
                                              if f.path is None)
         counters.update({k: end.get(k, 0) for k in
-                         ("path_truncated", "no_storage", "traced_full", "unknown_records")})
+                         ("path_truncated", "no_storage", "traced_full", "kernel_capped",
+                          "unknown_records")})
         state = "complete"
         if self.stop_error() or not end or end.get("reason") == "error":
             state = "incomplete"

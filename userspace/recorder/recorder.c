@@ -38,6 +38,9 @@
 #include "iotrace.h"
 #include "iotrace.skel.h"
 #include "netfs.skel.h"
+#include "rdma.skel.h"
+#include "verbs.skel.h"
+#include "probes.h"
 #include "syscall_table.h"
 
 _Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 96 bytes");
@@ -53,6 +56,7 @@ struct options {
 	double duration_s;
 	bool check;
 	bool verbose;
+	const char *verbs_lib;
 	pid_t pids[64];
 	int npids;
 	uid_t uid;
@@ -237,101 +241,189 @@ static __u64 counter_sum(struct iotrace_bpf *skel, __u32 idx)
 
 /* ---- probes ------------------------------------------------------------- */
 
-struct probe {
-	const char *name;      /* what the user reads */
-	const char *tp;        /* btf_trace_<tp> must exist in the kernel BTF */
-	bool required;
-	const char *module;    /* the tracepoint's module (NULL: vmlinux) */
-	struct bpf_program *prog;
-	struct bpf_link *link;
-	char why[160];
+#define CORE(name, tp, prog, req) { name, tp, NULL, prog, req }
+#define MOD(name, tp, module, prog) { name, tp, module, prog, false }
+#define VERB(fn, op) { #fn, #fn, NULL, NULL, false, op }
+
+/* bpf/iotrace.bpf.c */
+static struct probe core_probes[] = {
+	CORE("syscalls (sys_enter)", "sys_enter", "iot_sys_enter", true),
+	CORE("syscalls (sys_exit)", "sys_exit", "iot_sys_exit", true),
+	CORE("process fork", "sched_process_fork", "iot_fork", true),
+	CORE("process exec", "sched_process_exec", "iot_exec", true),
+	CORE("process exit", "sched_process_exit", "iot_exit", true),
+	CORE("thread names (task_rename)", "task_rename", "iot_rename", false),
+	CORE("kernel lock contention (begin)", "contention_begin", "iot_lock_begin", false),
+	CORE("kernel lock contention (end)", "contention_end", "iot_lock_end", false),
 };
 
-static bool btf_has_tracepoint(const struct btf *btf, const char *tp)
-{
-	char name[128];
+/* bpf/netfs.bpf.c */
+static struct probe netfs_probes[] = {
+	MOD("NFS read start", "nfs_initiate_read", "nfs", "iot_nfs_init_read"),
+	MOD("NFS read done", "nfs_readpage_done", "nfs", "iot_nfs_read_done"),
+	MOD("NFS write start", "nfs_initiate_write", "nfs", "iot_nfs_init_write"),
+	MOD("NFS write done", "nfs_writeback_done", "nfs", "iot_nfs_write_done"),
+	MOD("NFS commit start", "nfs_initiate_commit", "nfs", "iot_nfs_init_commit"),
+	MOD("NFS commit done", "nfs_commit_done", "nfs", "iot_nfs_commit_done"),
+	MOD("RPC latency (sunrpc)", "rpc_stats_latency", "sunrpc", "iot_rpc_done"),
+};
 
-	snprintf(name, sizeof(name), "btf_trace_%s", tp);
-	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
-}
+/* bpf/rdma.bpf.c */
+static struct probe rdma_probes[] = {
+	MOD("NFS/RDMA marshal", "xprtrdma_marshal", "rpcrdma", "iot_rdma_marshal"),
+	MOD("NFS/RDMA read chunk", "xprtrdma_chunk_read", "rpcrdma", "iot_rdma_chunk_read"),
+	MOD("NFS/RDMA write chunk", "xprtrdma_chunk_write", "rpcrdma", "iot_rdma_chunk_write"),
+	MOD("NFS/RDMA reply chunk", "xprtrdma_chunk_reply", "rpcrdma", "iot_rdma_chunk_reply"),
+	MOD("NFS/RDMA write-pad chunk", "xprtrdma_chunk_wp", "rpcrdma", "iot_rdma_chunk_wp"),
+	MOD("NFS/RDMA post send", "xprtrdma_post_send", "rpcrdma", "iot_rdma_post_send"),
+	MOD("NFS/RDMA reply", "xprtrdma_reply", "rpcrdma", "iot_rdma_reply"),
+	MOD("NFS/RDMA out of MRs", "xprtrdma_nomrs_err", "rpcrdma", "iot_rdma_nomrs"),
+	MOD("NFS/RDMA MR map error", "xprtrdma_frwr_maperr", "rpcrdma", "iot_rdma_frwr_maperr"),
+	MOD("NFS/RDMA post send error", "xprtrdma_post_send_err", "rpcrdma",
+	    "iot_rdma_post_send_err"),
+	MOD("NFS/RDMA connect", "xprtrdma_connect", "rpcrdma", "iot_rdma_connect"),
+	MOD("NFS/RDMA disconnect", "xprtrdma_disconnect", "rpcrdma", "iot_rdma_disconnect"),
+	MOD("NFS/RDMA MR allocation", "xprtrdma_frwr_alloc", "rpcrdma", "iot_rdma_frwr_alloc"),
+	MOD("RDMA CQ alloc", "cq_alloc", "ib_core", "iot_cq_alloc"),
+	MOD("RDMA CQ alloc error", "cq_alloc_error", "ib_core", "iot_cq_alloc_error"),
+	MOD("RDMA CQ free", "cq_free", "ib_core", "iot_cq_free"),
+	MOD("RDMA CQ poll", "cq_poll", "ib_core", "iot_cq_poll"),
+	MOD("RDMA CQ process", "cq_process", "ib_core", "iot_cq_process"),
+	MOD("RDMA CQ schedule", "cq_schedule", "ib_core", "iot_cq_schedule"),
+	MOD("RDMA CQ reschedule", "cq_reschedule", "ib_core", "iot_cq_reschedule"),
+	MOD("RDMA CQ drain", "cq_drain_complete", "ib_core", "iot_cq_drain"),
+	MOD("RDMA MR alloc", "mr_alloc", "ib_core", "iot_mr_alloc"),
+	MOD("RDMA MR dereg", "mr_dereg", "ib_core", "iot_mr_dereg"),
+	MOD("RDMA CM event", "cm_event_handler", "rdma_cm", "iot_cm_event"),
+	MOD("RDMA CM event done", "cm_event_done", "rdma_cm", "iot_cm_event_done"),
+};
 
-/*
- * The NFS/RPC probes (bpf/netfs.bpf.c): a second object sharing the core's
- * ring buffer, traced map and counters. Each probe is skipped, with the
- * reason, when its module is not loaded or lacks the tracepoint.
- */
-static struct netfs_bpf *load_netfs(struct iotrace_bpf *core, struct btf *vmlinux,
-				    struct probe *p, int n)
-{
-	struct netfs_bpf *nf = netfs_bpf__open();
-	struct btf *mods[2] = { NULL, NULL };
-	const char *names[2] = { "nfs", "sunrpc" };
-	bool any = false;
+/* bpf/verbs.bpf.c: libibverbs functions (ibv_post_send, ibv_poll_cq and the
+ * other data-path verbs are inline in verbs.h: nothing to probe) */
+static struct probe verbs_probes[] = {
+	VERB(ibv_get_device_list, IOT_IBV_GET_DEVICE_LIST),
+	VERB(ibv_open_device, IOT_IBV_OPEN_DEVICE),
+	VERB(ibv_close_device, IOT_IBV_CLOSE_DEVICE),
+	VERB(ibv_alloc_pd, IOT_IBV_ALLOC_PD),
+	VERB(ibv_dealloc_pd, IOT_IBV_DEALLOC_PD),
+	VERB(ibv_create_cq, IOT_IBV_CREATE_CQ),
+	VERB(ibv_destroy_cq, IOT_IBV_DESTROY_CQ),
+	VERB(ibv_create_qp, IOT_IBV_CREATE_QP),
+	VERB(ibv_modify_qp, IOT_IBV_MODIFY_QP),
+	VERB(ibv_destroy_qp, IOT_IBV_DESTROY_QP),
+	VERB(ibv_reg_mr, IOT_IBV_REG_MR),
+	VERB(ibv_reg_mr_iova, IOT_IBV_REG_MR_IOVA),
+	VERB(ibv_reg_mr_iova2, IOT_IBV_REG_MR_IOVA2),
+	VERB(ibv_reg_dmabuf_mr, IOT_IBV_REG_DMABUF_MR),
+	VERB(ibv_dereg_mr, IOT_IBV_DEREG_MR),
+};
 
-	if (!nf) {
-		for (int i = 0; i < n; i++)
-			snprintf(p[i].why, sizeof(p[i].why), "cannot open the NFS probes");
-		return NULL;
-	}
-	/* in the order of the netfs entries of the probe table */
-	struct bpf_program *progs[] = {
-		nf->progs.iot_nfs_init_read, nf->progs.iot_nfs_read_done,
-		nf->progs.iot_nfs_init_write, nf->progs.iot_nfs_write_done,
-		nf->progs.iot_nfs_init_commit, nf->progs.iot_nfs_commit_done,
-		nf->progs.iot_rpc_done,
-	};
+#define NPROBES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-	for (int i = 0; i < n && i < (int)(sizeof(progs) / sizeof(progs[0])); i++)
-		p[i].prog = progs[i];
-	for (int m = 0; m < 2; m++)
-		mods[m] = btf__load_module_btf(names[m], vmlinux);
-	for (int i = 0; i < n; i++) {
-		struct btf *b = strcmp(p[i].module, "nfs") == 0 ? mods[0] : mods[1];
-		if (!b)
-			snprintf(p[i].why, sizeof(p[i].why),
-				 "module %s not loaded (no NFS mount)",
-				 p[i].module);
-		else if (!btf_has_tracepoint(b, p[i].tp))
-			snprintf(p[i].why, sizeof(p[i].why), "module %s has no %s tracepoint",
-				 p[i].module, p[i].tp);
-		if (p[i].why[0])
-			bpf_program__set_autoload(p[i].prog, false);
-		else
-			any = true;
-	}
-	btf__free(mods[0]);
-	btf__free(mods[1]);
-	if (!any ||
-	    bpf_map__reuse_fd(nf->maps.traced, bpf_map__fd(core->maps.traced)) ||
-	    bpf_map__reuse_fd(nf->maps.events, bpf_map__fd(core->maps.events)) ||
-	    bpf_map__reuse_fd(nf->maps.counters, bpf_map__fd(core->maps.counters)) ||
-	    netfs_bpf__load(nf)) {
-		if (any)
-			for (int i = 0; i < n; i++)
-				if (!p[i].why[0])
-					snprintf(p[i].why, sizeof(p[i].why), "load failed: %s",
-						 strerror(errno));
-		netfs_bpf__destroy(nf);
-		return NULL;
-	}
-	return nf;
-}
+static struct {
+	struct probe *p;
+	int n;
+} probe_sets[] = {
+	{ core_probes, NPROBES(core_probes) },
+	{ netfs_probes, NPROBES(netfs_probes) },
+	{ rdma_probes, NPROBES(rdma_probes) },
+	{ verbs_probes, NPROBES(verbs_probes) },
+};
 
-static void json_probes(char *buf, size_t len, struct probe *p, int n, bool attached)
+static void json_all_probes(char *buf, size_t len, bool attached)
 {
 	size_t off = 0;
 
-	off += snprintf(buf + off, len - off, "[");
-	for (int i = 0; i < n; i++) {
-		if (!!p[i].link != attached)
+	buf[0] = 0;
+	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++) {
+		char part[16384];
+		json_probes(part, sizeof(part), probe_sets[s].p, probe_sets[s].n, attached);
+		if (strlen(part) <= 2)
 			continue;
-		if (attached)
-			off += snprintf(buf + off, len - off, "%s\"%s\"", off > 1 ? "," : "", p[i].name);
-		else
-			off += snprintf(buf + off, len - off, "%s{\"probe\":\"%s\",\"why\":\"%s\"}",
-					off > 1 ? "," : "", p[i].name, p[i].why);
+		/* join the lists: "[a]" + "[b]" -> "[a,b]" */
+		part[strlen(part) - 1] = 0;
+		off += snprintf(buf + off, len - off, "%s%s", off ? "," : "[", part + 1);
+		if (off >= len)
+			break;
 	}
-	snprintf(buf + off, len - off, "]");
+	snprintf(buf + off, len - off, off ? "]" : "[]");
+}
+
+/* The library whose verbs are probed: --verbs-lib, else the system's. */
+static const char *find_verbs_library(void)
+{
+	static const char *candidates[] = {
+		"/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib/aarch64-linux-gnu/libibverbs.so.1",
+		"/usr/lib64/libibverbs.so.1", "/usr/lib/libibverbs.so.1", "/lib64/libibverbs.so.1",
+	};
+	if (opt.verbs_lib)
+		return opt.verbs_lib;
+	for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++)
+		if (access(candidates[i], R_OK) == 0)
+			return candidates[i];
+	return NULL;
+}
+
+/* The optional objects: each shares the core's maps and loads only the
+ * probes whose module is there. */
+static struct netfs_bpf *load_netfs(struct iotrace_bpf *core, struct btf *vmlinux)
+{
+	struct netfs_bpf *o = netfs_bpf__open();
+	struct probe *p = netfs_probes;
+	int n = NPROBES(netfs_probes);
+
+	if (!o) {
+		skip_probes(p, n, "cannot open the NFS probes: %s", strerror(errno));
+		return NULL;
+	}
+	if (!prepare_module_probes(o->obj, core->obj, vmlinux, p, n) || netfs_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		netfs_bpf__destroy(o);
+		return NULL;
+	}
+	return o;
+}
+
+static struct rdma_bpf *load_rdma(struct iotrace_bpf *core, struct btf *vmlinux)
+{
+	struct rdma_bpf *o = rdma_bpf__open();
+	struct probe *p = rdma_probes;
+	int n = NPROBES(rdma_probes);
+
+	if (!o) {
+		skip_probes(p, n, "cannot open the RDMA probes: %s", strerror(errno));
+		return NULL;
+	}
+	if (!prepare_module_probes(o->obj, core->obj, vmlinux, p, n) || rdma_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		rdma_bpf__destroy(o);
+		return NULL;
+	}
+	return o;
+}
+
+static struct verbs_bpf *load_verbs(struct iotrace_bpf *core)
+{
+	const char *lib = find_verbs_library();
+	struct probe *p = verbs_probes;
+	int n = NPROBES(verbs_probes);
+	struct verbs_bpf *o;
+
+	if (!lib || access(lib, R_OK)) {
+		if (opt.verbs_lib)
+			skip_probes(p, n, "cannot read %s: %s", opt.verbs_lib, strerror(errno));
+		else
+			skip_probes(p, n, "libibverbs not installed (or give its path: --verbs-lib)");
+		return NULL;
+	}
+	o = verbs_bpf__open();
+	if (!o || share_core_maps(o->obj, core->obj) || verbs_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		verbs_bpf__destroy(o);
+		return NULL;
+	}
+	attach_uprobes(o->progs.iot_verbs_enter, o->progs.iot_verbs_return, lib, p, n);
+	return o;
 }
 
 /* ---- process tree ------------------------------------------------------- */
@@ -471,6 +563,7 @@ static void usage(FILE *f)
 		"  --rotate-ms MS     close a spool segment every MS ms (default 1000)\n"
 		"  --ringbuf-mb MB    ring buffer size (default 64)\n"
 		"  --duration S       stop after S seconds (attach mode)\n"
+		"  --verbs-lib PATH   libibverbs to probe (default: the system's)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
@@ -488,6 +581,7 @@ static int parse_args(int argc, char **argv)
 		{ "ringbuf-mb", required_argument, 0, 'b' },
 		{ "duration", required_argument, 0, 'd' },
 		{ "check", no_argument, 0, 'c' },
+		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "verbose", no_argument, 0, 'v' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0 },
@@ -515,6 +609,7 @@ static int parse_args(int argc, char **argv)
 		case 'b': opt.ringbuf_mb = atoi(optarg); break;
 		case 'd': opt.duration_s = strtod(optarg, NULL); break;
 		case 'c': opt.check = true; break;
+		case 'L': opt.verbs_lib = optarg; break;
 		case 'v': opt.verbose = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
@@ -544,33 +639,18 @@ static void fill_syscall_table(struct iotrace_bpf *skel)
 
 int main(int argc, char **argv)
 {
-	struct probe probes[] = {
-		{ "syscalls (sys_enter)", "sys_enter", true },
-		{ "syscalls (sys_exit)", "sys_exit", true },
-		{ "process fork", "sched_process_fork", true },
-		{ "process exec", "sched_process_exec", true },
-		{ "process exit", "sched_process_exit", true },
-		{ "thread names (task_rename)", "task_rename", false },
-		{ "kernel lock contention (begin)", "contention_begin", false },
-		{ "kernel lock contention (end)", "contention_end", false },
-		{ "NFS read start", "nfs_initiate_read", false, "nfs" },
-		{ "NFS read done", "nfs_readpage_done", false, "nfs" },
-		{ "NFS write start", "nfs_initiate_write", false, "nfs" },
-		{ "NFS write done", "nfs_writeback_done", false, "nfs" },
-		{ "NFS commit start", "nfs_initiate_commit", false, "nfs" },
-		{ "NFS commit done", "nfs_commit_done", false, "nfs" },
-		{ "RPC latency (sunrpc)", "rpc_stats_latency", false, "sunrpc" },
-	};
-	const int nprobes = sizeof(probes) / sizeof(probes[0]);
-	const int ncore = 8;  /* probes[0..7] are the core object's; the rest netfs's */
 	struct netfs_bpf *nf = NULL;
+	struct rdma_bpf *rd = NULL;
+	struct verbs_bpf *vb = NULL;
+	struct probe *probes = core_probes;
+	const int ncore = NPROBES(core_probes);
 	struct iotrace_bpf *skel = NULL;
 	struct ring_buffer *rb = NULL;
 	struct btf *vmlinux;
 	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
 	int go[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	int rc = EXIT_SETUP, job_status = -1, exec_errno = 0;
-	char attached[1024], skipped[4096];
+	static char attached[16384], skipped[32768];
 	__u64 t0, last_rotate, last_stats;
 	const char *stop_reason = "done";
 
@@ -615,19 +695,13 @@ int main(int argc, char **argv)
 		status("{\"type\":\"error\",\"error\":\"no-btf\"}");
 		goto out;
 	}
-	probes[0].prog = skel->progs.iot_sys_enter;
-	probes[1].prog = skel->progs.iot_sys_exit;
-	probes[2].prog = skel->progs.iot_fork;
-	probes[3].prog = skel->progs.iot_exec;
-	probes[4].prog = skel->progs.iot_exit;
-	probes[5].prog = skel->progs.iot_rename;
-	probes[6].prog = skel->progs.iot_lock_begin;
-	probes[7].prog = skel->progs.iot_lock_end;
+	for (int i = 0; i < ncore; i++)
+		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
 	for (int i = 0; i < ncore; i++) {
 		if (!btf_has_tracepoint(vmlinux, probes[i].tp)) {
 			snprintf(probes[i].why, sizeof(probes[i].why),
 				 "this kernel has no %s tracepoint", probes[i].tp);
-			bpf_program__set_autoload(probes[i].prog, false);
+			bpf_program__set_autoload(probes[i].bpf, false);
 		}
 	}
 	for (int i = 0; i < ncore; i++) {
@@ -647,23 +721,21 @@ int main(int argc, char **argv)
 		btf__free(vmlinux);
 		goto out;
 	}
-	nf = load_netfs(skel, vmlinux, probes + ncore, nprobes - ncore);
+	nf = load_netfs(skel, vmlinux);
+	rd = load_rdma(skel, vmlinux);
 	btf__free(vmlinux);
-	for (int i = 0; i < nprobes; i++) {
-		if (probes[i].why[0] || !probes[i].prog)
-			continue;
-		probes[i].link = bpf_program__attach(probes[i].prog);
-		if (!probes[i].link) {
-			snprintf(probes[i].why, sizeof(probes[i].why), "attach failed: %s",
-				 strerror(errno));
-			if (probes[i].required) {
-				say("cannot attach %s: %s", probes[i].name, strerror(errno));
-				goto out;
-			}
+	attach_probes(core_probes, ncore);
+	for (int i = 0; i < ncore; i++) {
+		if (probes[i].required && !probes[i].link) {
+			say("cannot attach %s: %s", probes[i].name, probes[i].why);
+			goto out;
 		}
 	}
-	json_probes(attached, sizeof(attached), probes, nprobes, true);
-	json_probes(skipped, sizeof(skipped), probes, nprobes, false);
+	attach_probes(netfs_probes, NPROBES(netfs_probes));
+	attach_probes(rdma_probes, NPROBES(rdma_probes));
+	vb = load_verbs(skel);
+	json_all_probes(attached, sizeof(attached), true);
+	json_all_probes(skipped, sizeof(skipped), false);
 
 	if (opt.check) {
 		status("{\"type\":\"check\",\"attached\":%s,\"skipped\":%s}", attached, skipped);
@@ -791,8 +863,8 @@ int main(int argc, char **argv)
 	}
 
 	/* Detach first, then drain what is left, then close the last segment. */
-	for (int i = 0; i < nprobes; i++)
-		bpf_link__destroy(probes[i].link), probes[i].link = NULL;
+	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++)
+		detach_probes(probe_sets[s].p, probe_sets[s].n);
 	if (!sp.failed)
 		ring_buffer__consume(rb);
 	if (!sp.failed && spool_close())
@@ -818,7 +890,7 @@ int main(int argc, char **argv)
 	       "\"cpu_s\":%.3f,"
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 	       "\"path_truncated\":%llu,\"no_storage\":%llu,\"traced_full\":%llu,"
-	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
+	       "\"kernel_capped\":%llu,\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
 	       (unsigned long long)tot.events,
@@ -829,6 +901,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PATH_TRUNC),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_NO_STORAGE),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_TRACED_FULL),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_KERNEL_CAPPED),
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
@@ -840,8 +913,10 @@ out:
 		waitpid(child_pid, NULL, 0);
 	}
 	ring_buffer__free(rb);
-	for (int i = 0; i < nprobes; i++)
-		bpf_link__destroy(probes[i].link);
+	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++)
+		detach_probes(probe_sets[s].p, probe_sets[s].n);
+	verbs_bpf__destroy(vb);
+	rdma_bpf__destroy(rd);
 	netfs_bpf__destroy(nf);
 	iotrace_bpf__destroy(skel);
 	return rc;

@@ -1,0 +1,97 @@
+"""Userspace RDMA verbs: uprobes on libibverbs, checked against a program
+that makes a known sequence of verbs calls (tests/workloads/verbs_mr.c).
+
+Here (no RDMA device) only device discovery can run; in the test VM, with
+Soft-RoCE (rxe0), the whole sequence runs, including a registration that
+the kernel refuses, and the report names it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import needs_root, rows, scalar, trace_run
+
+pytestmark = needs_root()
+KiB = 1024
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, verbs_bin):
+    out = tmp_path_factory.mktemp("verbs") / "trace"
+    # 3 device lists; with a device: 4 MRs of 256 KiB, then 4 MiB over the limit
+    proc, trace = trace_run(out, str(verbs_bin), "3", "4", "256", "4096")
+    assert proc.returncode == 0, proc.stderr
+    return trace, json.loads(proc.stdout)
+
+
+def calls(trace, op):
+    return rows(trace, "select pid, req_bytes, ret, dur_ns, arg, mode, path from events "
+                       "where op = ? order by ts_ns", op)
+
+
+def test_verbs_probes_attach_to_the_default_symbol_version(traced):
+    trace, _ = traced
+    attached = trace.meta["probes"]["attached"]
+    # exported twice (@IBVERBS_1.0 and @@IBVERBS_1.1): the default one is probed,
+    # or the calls below would not be seen
+    assert {"ibv_get_device_list", "ibv_reg_mr", "ibv_dereg_mr"} <= set(attached)
+
+
+def test_device_lists_counted_exactly(traced):
+    trace, truth = traced
+    lists = calls(trace, "ibv_get_device_list")
+    job = scalar(trace, "select pid from processes where cmdline like '%verbs_mr%'")
+    assert len(lists) == truth["lists"] == 3
+    assert all(c[0] == job for c in lists)
+    assert [c[1] for c in lists] == [truth["devices"]] * 3   # devices found, read at return
+    assert all(c[3] > 0 for c in lists)                      # entry to return
+
+
+def test_control_path_with_a_device(traced):
+    trace, truth = traced
+    if truth["devices"] == 0:
+        pytest.skip("no RDMA device here (runs in the Soft-RoCE VM: tests/test_vm.py)")
+    assert [c[6] for c in calls(trace, "ibv_open_device")] == [truth["device"]]
+    assert len(calls(trace, "ibv_alloc_pd")) == 1
+    assert [c[1] for c in calls(trace, "ibv_create_cq")] == [16]
+    assert [c[2] != 0 for c in calls(trace, "ibv_create_qp")] == [True]
+    assert [(c[5], c[2]) for c in calls(trace, "ibv_modify_qp")] == [(1, 0)]  # INIT, ok
+    for op in ("ibv_destroy_qp", "ibv_destroy_cq", "ibv_dealloc_pd", "ibv_close_device"):
+        assert len(calls(trace, op)) == 1, op
+
+
+def test_memory_registrations_and_the_refused_one(traced):
+    trace, truth = traced
+    if truth["devices"] == 0:
+        pytest.skip("no RDMA device here (runs in the Soft-RoCE VM: tests/test_vm.py)")
+    regs = calls(trace, "ibv_reg_mr")
+    ok = [r for r in regs if r[2] != 0]
+    failed = [r for r in regs if r[2] == 0]
+    assert len(ok) == truth["registered"] == 4
+    assert {r[1] for r in ok} == {truth["mr_bytes"]} == {256 * KiB}
+    assert [r[1] for r in failed] == [truth["fail_bytes"]] == [4096 * KiB]
+    # ibv_reg_mr tail-calls ibv_reg_mr_iova2: one call, one record
+    assert calls(trace, "ibv_reg_mr_iova2") == []
+    # every deregistration names an MR a registration returned
+    deregs = {r[4] for r in calls(trace, "ibv_dereg_mr")}
+    assert deregs == {r[2] for r in ok}
+    # the kernel side of the same MRs (ib_core mr_dereg, owned by the job)
+    kernel = rows(trace, "select req_bytes from events where op = 'rdma_mr_dereg' "
+                         "and pid = ?", ok[0][0])
+    assert [k[0] for k in kernel] == [256 * KiB] * 4
+
+
+def test_report_names_the_refused_registration(traced):
+    trace, truth = traced
+    if truth["devices"] == 0:
+        pytest.skip("no RDMA device here (runs in the Soft-RoCE VM: tests/test_vm.py)")
+    from iotrace.analyzers.base import Targets
+    from iotrace.analyzers.report import build_report
+    report = build_report(trace, Targets())
+    found = [f for f in report.findings if f.id == "rdma-registration"]
+    assert len(found) == 1
+    e = found[0].evidence
+    assert e["verbs_failed"] == 1 and e["verbs_failed_bytes"] == 4096 * KiB
+    assert e["verbs_registered"] == 4
+    assert e["peak_registered_bytes"] == 4 * 256 * KiB   # all four, then the deregs

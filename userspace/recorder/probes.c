@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* Loading, attaching and explaining probes (probes.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <bpf/bpf.h>
+#include "elf_sym.h"
+#include "probes.h"
+
+/* Why a module is missing, in the user's terms. */
+static const char *module_hint(const char *module)
+{
+	static const struct { const char *module, *hint; } hints[] = {
+		{ "nfs", "no NFS mount" },
+		{ "sunrpc", "no NFS mount" },
+		{ "rpcrdma", "no NFS-over-RDMA mount" },
+		{ "ib_core", "no RDMA device" },
+		{ "rdma_cm", "no RDMA connection manager" },
+	};
+	for (size_t i = 0; i < sizeof(hints) / sizeof(hints[0]); i++)
+		if (!strcmp(hints[i].module, module))
+			return hints[i].hint;
+	return "not in use";
+}
+
+bool btf_has_tracepoint(const struct btf *btf, const char *tp)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	return btf && btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF) > 0;
+}
+
+void skip_probes(struct probe *p, int n, const char *fmt, ...)
+{
+	char why[sizeof(p->why)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	for (int i = 0; i < n; i++) {
+		if (p[i].why[0])
+			continue;
+		snprintf(p[i].why, sizeof(p[i].why), "%s", why);
+		if (p[i].bpf && !p[i].link)
+			bpf_program__set_autoload(p[i].bpf, false);
+	}
+}
+
+int share_core_maps(struct bpf_object *obj, struct bpf_object *core)
+{
+	static const char *shared[] = { "traced", "events", "counters" };
+
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+		struct bpf_map *m = bpf_object__find_map_by_name(obj, shared[i]);
+		struct bpf_map *c = bpf_object__find_map_by_name(core, shared[i]);
+		if (m && c && bpf_map__reuse_fd(m, bpf_map__fd(c)))
+			return -errno;
+	}
+	return 0;
+}
+
+int prepare_module_probes(struct bpf_object *obj, struct bpf_object *core,
+			  struct btf *vmlinux, struct probe *p, int n)
+{
+	struct { const char *name; struct btf *btf; } mods[8] = {};
+	int nmods = 0, ready = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct btf *b = NULL;
+		int m;
+
+		p[i].bpf = bpf_object__find_program_by_name(obj, p[i].prog);
+		for (m = 0; m < nmods && strcmp(mods[m].name, p[i].module); m++)
+			;
+		if (m == nmods && nmods < 8) {
+			mods[nmods].name = p[i].module;
+			mods[nmods++].btf = btf__load_module_btf(p[i].module, vmlinux);
+		}
+		if (m < nmods)
+			b = mods[m].btf;
+		if (!p[i].bpf)
+			snprintf(p[i].why, sizeof(p[i].why), "no program %s", p[i].prog);
+		else if (!b)
+			snprintf(p[i].why, sizeof(p[i].why), "module %s not loaded (%s)",
+				 p[i].module, module_hint(p[i].module));
+		else if (!btf_has_tracepoint(b, p[i].tp))
+			snprintf(p[i].why, sizeof(p[i].why), "module %s has no %s tracepoint",
+				 p[i].module, p[i].tp);
+		if (p[i].why[0]) {
+			if (p[i].bpf)
+				bpf_program__set_autoload(p[i].bpf, false);
+		} else {
+			ready++;
+		}
+	}
+	for (int m = 0; m < nmods; m++)
+		btf__free(mods[m].btf);
+	if (ready && share_core_maps(obj, core)) {
+		skip_probes(p, n, "cannot share the ring buffer: %s", strerror(errno));
+		return 0;
+	}
+	return ready;
+}
+
+void attach_probes(struct probe *p, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (p[i].why[0] || !p[i].bpf)
+			continue;
+		p[i].link = bpf_program__attach(p[i].bpf);
+		if (!p[i].link)
+			snprintf(p[i].why, sizeof(p[i].why), "attach failed: %s", strerror(errno));
+	}
+}
+
+void attach_uprobes(struct bpf_program *enter, struct bpf_program *ret,
+		    const char *library, struct probe *p, int n)
+{
+	for (int i = 0; i < n; i++) {
+		long off = elf_default_func_offset(library, p[i].tp);
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = p[i].cookie);
+
+		if (p[i].why[0])
+			continue;
+		if (off < 0) {
+			snprintf(p[i].why, sizeof(p[i].why), "%s: %s", library,
+				 off == -ENOENT ? "does not export it" : strerror((int)-off));
+			continue;
+		}
+		p[i].link = bpf_program__attach_uprobe_opts(enter, -1, library, (size_t)off, &o);
+		o.retprobe = true;
+		if (p[i].link)
+			p[i].ret_link = bpf_program__attach_uprobe_opts(ret, -1, library,
+									(size_t)off, &o);
+		if (!p[i].link || !p[i].ret_link) {
+			snprintf(p[i].why, sizeof(p[i].why), "uprobe attach failed: %s",
+				 strerror(errno));
+			bpf_link__destroy(p[i].link);
+			p[i].link = NULL;
+		}
+	}
+}
+
+void detach_probes(struct probe *p, int n)
+{
+	for (int i = 0; i < n; i++) {
+		bpf_link__destroy(p[i].link);
+		bpf_link__destroy(p[i].ret_link);
+		p[i].link = p[i].ret_link = NULL;
+	}
+}
+
+void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attached)
+{
+	size_t off = 0;
+
+	off += snprintf(buf + off, len - off, "[");
+	for (int i = 0; i < n && off < len; i++) {
+		if (!!p[i].link != attached)
+			continue;
+		if (attached)
+			off += snprintf(buf + off, len - off, "%s\"%s\"", off > 1 ? "," : "", p[i].name);
+		else
+			off += snprintf(buf + off, len - off, "%s{\"probe\":\"%s\",\"why\":\"%s\"}",
+					off > 1 ? "," : "", p[i].name, p[i].why);
+	}
+	if (off < len)
+		snprintf(buf + off, len - off, "]");
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+#ifndef PROBES_H
+#define PROBES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+/*
+ * One probe: a tp_btf program on a kernel or module tracepoint, or a uprobe
+ * pair on a library function. Every probe that is not attached says why,
+ * in words, in the recorder's "ready" status and in the trace's meta.json.
+ */
+struct probe {
+	const char *name;      /* what the user reads */
+	const char *tp;        /* tracepoint (btf_trace_<tp>), or the library function */
+	const char *module;    /* tracepoint's module (NULL: vmlinux) */
+	const char *prog;      /* BPF program's name */
+	bool required;
+	unsigned long long cookie;  /* uprobes: the op the record gets */
+	struct bpf_program *bpf;
+	struct bpf_link *link, *ret_link;
+	char why[160];
+};
+
+bool btf_has_tracepoint(const struct btf *btf, const char *tp);
+
+/*
+ * Prepares the module probes of an opened (not loaded) object: each whose
+ * module is not loaded or lacks the tracepoint is skipped with the reason,
+ * and the object's shared maps (traced, events, counters) are pointed at
+ * the core object's. Returns how many probes can load.
+ */
+int prepare_module_probes(struct bpf_object *obj, struct bpf_object *core,
+			  struct btf *vmlinux, struct probe *p, int n);
+
+/* Points obj's shared maps (traced, events, counters) at the core object's. */
+int share_core_maps(struct bpf_object *obj, struct bpf_object *core);
+
+/* Marks every not yet skipped probe of p[0..n) skipped with this reason. */
+void skip_probes(struct probe *p, int n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Attaches the loaded tracepoint probes of p[0..n) that are not skipped. */
+void attach_probes(struct probe *p, int n);
+
+/*
+ * Attaches an entry uprobe and a return uprobe to each library function of
+ * p[0..n), system-wide (the BPF side keeps only traced processes), at the
+ * function's default symbol version. The op goes in the attach cookie.
+ */
+void attach_uprobes(struct bpf_program *enter, struct bpf_program *ret,
+		    const char *library, struct probe *p, int n);
+
+void detach_probes(struct probe *p, int n);
+
+/* JSON list of the attached probe names, or of {probe, why} of the skipped. */
+void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attached);
+
+#endif
