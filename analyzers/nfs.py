@@ -49,7 +49,9 @@ def run(ctx: Context) -> list[Finding]:
                any_value(f.mount_options), any_value(f.mount_point)
         from events e left join files f using (file_id)
         where e.op in ('nfs_read', 'nfs_write', 'nfs_commit') group by e.op""")
-    if not split and not nfs_io:
+    mounts = per_mount(ctx)
+    rdma = rdma_transport(ctx)
+    if not split and not nfs_io and not mounts and not rdma:
         return []
     total_ns = sum(r[4] for r in split) or 1
     backlog_share = sum(r[5] for r in split) / total_ns
@@ -89,14 +91,13 @@ def run(ctx: Context) -> list[Finding]:
             severity = "warn"
             notes.append(f"{per_mib:.1f} COMMITs per MiB written (fsync after small writes)")
     fsyncs = ctx.one(f"""select count(*) from events e join files f using (file_id)
-                         where e.op in {sql_list(SYNC_OPS)} and f.fs_type = 'nfs'""")[0]
+                         where e.op in {sql_list(SYNC_OPS)} and f.fs_type like 'nfs%'""")[0]
     written = io["nfs_write"][2] if "nfs_write" in io else 0
     if fsyncs:
         evidence["nfs_fsyncs"] = fsyncs
         if written and fsyncs / (written / MiB) > th["max_fsyncs_per_mib"]:
             severity = "warn" if severity == "info" else severity
             notes.append(f"{fsyncs} fsyncs for {human_bytes(written)} written")
-    mounts = per_mount(ctx)
     if mounts:
         evidence["mounts"] = mounts
         target = ctx.targets.read_bps
@@ -105,21 +106,21 @@ def run(ctx: Context) -> list[Finding]:
                 severity = "warn" if severity == "info" else severity
                 notes.append(f"reads from {mnt} at {human_rate(m['read_bytes_per_s'])}, "
                              f"under the {human_rate(target)} target")
-    rdma = rdma_transport(ctx)
     if rdma:
         evidence["rdma"] = rdma
         if rdma["out_of_mrs"]:
-            severity = "high"
-            notes.append(f"{rdma['out_of_mrs']} RPCs waited for a free RDMA memory "
-                         "registration")
+            severity = "warn" if severity == "info" else severity
+            notes.append(f"{rdma['out_of_mrs']} RPC marshallings ran out of RDMA memory "
+                         "registrations (see rdma-registration)")
     if backlog_share > th["high_backlog_share"]:
         severity = "high"
         notes.append(f"{backlog_share:.0%} of RPC time queued for a transport slot")
     top = ", ".join(f"{r[0]} {r[1]}x p50 {r[2] / 1e6:.2f} ms" for r in split[:3])
     return [Finding(
         id="nfs", severity=severity, title="NFS calls: where the time goes",
-        summary=(f"{evidence['rpcs']} RPCs ({top}); their time: "
-                 f"{rtt_share:.0%} network+server, {backlog_share:.0%} client queue"
+        summary=((f"{evidence['rpcs']} RPCs ({top}); their time: "
+                  f"{rtt_share:.0%} network+server, {backlog_share:.0%} client queue"
+                  if split else "no RPCs recorded (the sunrpc probe was not loaded)")
                  + (f"; {'; '.join(notes)}" if notes else "") + "."),
         recommendation=("Mount with rsize/wsize of 1 MiB and read in requests at least that "
                         "large; use nconnect= (or NFS over RDMA) when RPCs queue for the "
@@ -139,7 +140,7 @@ def per_mount(ctx: Context) -> dict:
         select mount_point, any_value(mount_options),
                sum(nbytes) filter (where dir = 'read'), sum(nbytes) filter (where dir = 'write'),
                min(ts_ns) filter (where dir = 'read'), max(ts_ns + dur_ns) filter (where dir = 'read')
-        from io join files using (file_id) where io.fs_type = 'nfs'
+        from io join files using (file_id) where io.fs_type like 'nfs%'
         group by mount_point order by 3 desc nulls last""")
     out = {}
     for mnt, opts, rd, wr, t0, t1 in rows:
@@ -154,22 +155,31 @@ def per_mount(ctx: Context) -> dict:
 def rdma_transport(ctx: Context) -> dict:
     """RPC-over-RDMA: RPCs marshalled, bytes moved by RDMA chunks (the server
     writes READ data into write/reply chunks and reads WRITE data from read
-    chunks), RPCs sent inline, and registration trouble."""
+    chunks), RPCs sent inline, and registration trouble. Chunks of a
+    marshalling attempt that ran out of MRs were released and registered
+    again by the retry: they count as re-registered, not as data."""
     r = ctx.one("""
-        select count(*) filter (where op = 'rpcrdma_marshal'),
-               count(*) filter (where op = 'rpcrdma_marshal' and flags <= 2 and mode <= 2),
-               coalesce(sum(req_bytes) filter (where op in ('rpcrdma_chunk_write',
-                                                             'rpcrdma_chunk_reply',
-                                                             'rpcrdma_chunk_wp')), 0),
-               coalesce(sum(req_bytes) filter (where op = 'rpcrdma_chunk_read'), 0),
-               count(*) filter (where op in ('rpcrdma_nomrs', 'rpcrdma_frwr_maperr')),
-               count(*) filter (where op = 'rpcrdma_post_send_err')
-        from events where op like 'rpcrdma%'""")
-    if not r or not r[0]:
+        with rdma as (select * from events where op like 'rpcrdma%'),
+             chunks as (select c.op, c.req_bytes,
+                               exists (select 1 from rdma m where m.op = 'rpcrdma_nomrs'
+                                       and m.arg = c.arg and m.pid = c.pid
+                                       and m.ts_ns >= c.ts_ns) as retried
+                        from rdma c where c.op like 'rpcrdma_chunk%')
+        select (select count(*) from rdma where op = 'rpcrdma_marshal'),
+               (select count(*) from rdma where op = 'rpcrdma_marshal'
+                                           and flags <= 2 and mode <= 2),
+               (select coalesce(sum(req_bytes), 0) from chunks
+                where not retried and op <> 'rpcrdma_chunk_read'),
+               (select coalesce(sum(req_bytes), 0) from chunks
+                where not retried and op = 'rpcrdma_chunk_read'),
+               (select coalesce(sum(req_bytes), 0) from chunks where retried),
+               (select count(*) from rdma where op in ('rpcrdma_nomrs', 'rpcrdma_frwr_maperr')),
+               (select count(*) from rdma where op = 'rpcrdma_post_send_err')""")
+    if not r or not any(r):
         return {}
     return {"rpcs_marshalled": r[0], "rpcs_inline": r[1],
             "chunk_bytes_written_by_server": r[2], "chunk_bytes_read_by_server": r[3],
-            "out_of_mrs": r[4], "send_errors": r[5]}
+            "chunk_bytes_reregistered": r[4], "out_of_mrs": r[5], "send_errors": r[6]}
 
 
 RULE = Rule(

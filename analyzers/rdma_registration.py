@@ -6,8 +6,10 @@ adapter's MR/translation tables), did NFS over RDMA run out of registered
 MRs for its chunks (xprtrdma_nomrs_err, DMA mapping errors, MR pool
 allocation failures), or did the kernel refuse an MR (ib_core mr_alloc)?
 
-Trigger: any failure gives a high finding: each one stalled or failed a
-transfer. Evidence: failed and successful registrations with their bytes,
+Trigger: a failed userspace registration, a DMA mapping or MR allocation
+error gives a high finding: each one failed a transfer. NFS over RDMA running
+out of MRs stalls the RPC until MRs are recycled: warn, and high when it hit
+more than `high_out_of_mrs_share` of the RPCs marshalled. Evidence: failed and successful registrations with their bytes,
 the peak of bytes registered at once (registrations matched to their
 deregistrations by MR), and the time spent registering. With no failure,
 `max_registrations_per_s` registrations per second of the trace (memory
@@ -60,6 +62,10 @@ def run(ctx: Context) -> list[Finding]:
                 "nfs_rdma_mr_pool_errors": kernel.get("rpcrdma_mr_alloc_err", 0),
                 "kernel_mr_alloc_errors": kernel.get("rdma_mr_alloc", 0)}
     kernel_failures = sum(kernel.values())
+    nomrs = kernel.get("rpcrdma_nomrs", 0)
+    marshalled = ctx.one("select count(*) from events where op = 'rpcrdma_marshal'")[0]
+    nomrs_share = nomrs / marshalled if marshalled else (1.0 if nomrs else 0.0)
+    evidence["nfs_rdma_rpcs_marshalled"] = marshalled
     examples = [{"ts_ns": ts, "what": f"{op} of {human_bytes(n)} failed (pid {pid})"}
                 for ts, op, n, pid in ctx.rows(f"""
                     select ts_ns, op, req_bytes, pid from events
@@ -71,13 +77,16 @@ def run(ctx: Context) -> list[Finding]:
             parts.append(f"{failed} memory registration(s) failed "
                          f"({human_bytes(failed_bytes)} asked; {human_bytes(peak)} was "
                          "registered at the peak)")
-        if kernel.get("rpcrdma_nomrs"):
-            parts.append(f"NFS over RDMA ran out of MRs {kernel['rpcrdma_nomrs']} times")
-        other = kernel_failures - kernel.get("rpcrdma_nomrs", 0)
+        if nomrs:
+            parts.append(f"NFS over RDMA ran out of MRs {nomrs} times "
+                         f"({nomrs_share:.1%} of {marshalled} RPCs)")
+        other = kernel_failures - nomrs
         if other:
             parts.append(f"{other} kernel MR allocation or mapping error(s)")
+        severity = ("high" if failed or kernel_failures > nomrs
+                    or nomrs_share > th["high_out_of_mrs_share"] else "warn")
         return [Finding(
-            id=RULE.id, severity="high", title="RDMA memory registration failed",
+            id=RULE.id, severity=severity, title="RDMA memory registration failed",
             summary="; ".join(parts) + ".",
             recommendation=("Raise the locked-memory limit of the job (`ulimit -l unlimited`, "
                             "LimitMEMLOCK=infinity in systemd, --ulimit memlock=-1 in "
@@ -106,6 +115,7 @@ RULE = Rule(
     id="rdma-registration",
     title="RDMA memory registration",
     question="Did RDMA memory registration fail or run out of MRs?",
-    thresholds={"min_registrations": 100, "max_registrations_per_s": 1000},
+    thresholds={"min_registrations": 100, "max_registrations_per_s": 1000,
+                "high_out_of_mrs_share": 0.05},
     run=run,
 )
