@@ -376,3 +376,27 @@ def test_nfs_and_rpc_on_their_own_track(tmp_path):
     assert r["desc"][sl["RPC nfs READ"][0]].name == "NFS / RPC"
     assert r["desc"][sl["nfs_read a.bin"][0]].name == "NFS / RPC (tid 100)"
     assert r["desc"][sl["pread64 a.bin"][0]].thread.tid == 100
+
+
+def test_rdma_events_on_their_own_track_and_kernel_process(tmp_path):
+    """RPC-over-RDMA events of the job's RPCs go on its "RDMA" track; events of
+    kernel consumers (pid 0) on the RDMA track of a process named for them;
+    verbs calls on the calling thread's track."""
+    t = synth_trace(tmp_path / "t", events=[
+        ev("rpcrdma_marshal", ts=1000, dur=0, tid=-1, fd=-1, arg=0x77, flags=1, mode=5),
+        ev("rpcrdma_chunk_write", ts=1000, dur=0, tid=-1, fd=1, req=262144, arg=0x77),
+        ev("rdma_cq_poll", ts=2000, dur=0, pid=0, tid=-1, fd=-1, req=16, ret=1, arg=4,
+           path="rpcrdma"),
+        ev("ibv_reg_mr", ts=3000, dur=40000, fd=-1, req=1 << 20, ret=0x5000),
+    ], processes=[(100, 1, "python train.py")])   # pid 0 has no processes row
+    pf.export(t, tmp_path / "o.pftrace")
+    r = check(decode(tmp_path / "o.pftrace"))
+    sl = {s[1]: s for s in r["slices"]}
+    assert {"rpcrdma_marshal", "rpcrdma_chunk_write", "rdma_cq_poll rpcrdma",
+            "ibv_reg_mr"} <= set(sl)
+    assert r["desc"][sl["rpcrdma_chunk_write"][0]].name == "RDMA"
+    kernel_track = r["desc"][sl["rdma_cq_poll rpcrdma"][0]]
+    assert kernel_track.name == "RDMA"
+    kernel = r["desc"][kernel_track.parent_uuid].process
+    assert kernel.pid == 0 and kernel.process_name.startswith("kernel (RDMA")
+    assert r["desc"][sl["ibv_reg_mr"][0]].thread.tid == 100

@@ -86,6 +86,13 @@ RPCRDMA_CHUNK_OPS = ("rpcrdma_chunk_read", "rpcrdma_chunk_write", "rpcrdma_chunk
 RDMA_CORE_OPS = tuple(n for n in OP_NAMES if n.startswith("rdma_"))
 VERBS_OPS = tuple(n for n in OP_NAMES if n.startswith("ibv_"))
 REG_MR_OPS = ("ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr")
+# Verbs that return an object (NULL on failure), and the rest (0 or an errno)
+VERBS_PTR_OPS = ("ibv_get_device_list", "ibv_open_device", "ibv_alloc_pd", "ibv_create_cq",
+                 "ibv_create_qp") + REG_MR_OPS
+VERBS_INT_OPS = tuple(o for o in VERBS_OPS if o not in VERBS_PTR_OPS)
+# SQL: the row is a failed call (-errno, or a verb's own failure value)
+FAILED_SQL = (f"(ret < 0 or (op in {sql_list(VERBS_PTR_OPS)} and ret = 0)"
+              f" or (op in {sql_list(VERBS_INT_OPS)} and ret != 0))")
 # Events whose payload holds names (not paths): RPC program and procedure, an
 # RDMA peer's address and port, a kernel RDMA consumer, a verbs device.
 NAMED_PAYLOAD_OPS = ("rpc", "rpcrdma_nomrs", "rpcrdma_post_send_err", "rpcrdma_connect",

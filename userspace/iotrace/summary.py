@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from .abi import WRITE_OPS, sql_list
+from .abi import FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
 
@@ -40,7 +40,7 @@ def summarize(t: Trace, top: int = 5) -> Summary:
                coalesce(sum(ret) filter (where ret > 0 and (op in {READ_OPS_SQL}
                                                   or op in {WRITE_OPS_SQL})), 0) as bytes,
                sum(dur_ns) / 1e9 as time_s,
-               count(*) filter (where ret < 0) as errors
+               count(*) filter (where {FAILED_SQL}) as errors
         from events group by op order by calls desc""").fetchall()
     top_files = t.con.execute(f"""
         select f.path,
