@@ -95,6 +95,7 @@ bench: all
 	$(PY) bench/overhead.py
 	$(PY) bench/report_speed.py
 	$(PY) bench/export_speed.py
+	$(PY) bench/verbs_uprobe.py
 
 clean:
 	rm -rf $(BUILD) $(PKG_BIN) $(VENV) *.egg-info
