@@ -63,7 +63,7 @@ $(BUILD)/vmlinux.h:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
 BPF_OBJS := iotrace netfs rdma verbs
-RECORDER_SRC := userspace/recorder/recorder.c userspace/recorder/probes.c userspace/recorder/elf_sym.c
+RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c)
 
 $(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@

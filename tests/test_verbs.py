@@ -7,6 +7,8 @@ the kernel refuses, and the report names it."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,30 @@ def test_report_names_the_refused_registration(traced):
     assert e["verbs_failed"] == 1 and e["verbs_failed_bytes"] == 4096 * KiB
     assert e["verbs_registered"] == 4
     assert e["peak_registered_bytes"] == 4 * 256 * KiB   # all four, then the deregs
+
+
+def test_a_private_libibverbs_is_reported_then_probed_with_verbs_lib(tmp_path, verbs_bin):
+    """A job that loads its own libibverbs copy (a conda env's) is not seen by
+    uprobes on the system's: the trace says so, and --verbs-lib fixes it."""
+    import shutil
+    from conftest import iotrace_cmd
+    system = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+    if not Path(system).exists():
+        pytest.skip("no system libibverbs at " + system)
+    private = tmp_path / "env" / "lib"
+    private.mkdir(parents=True)
+    shutil.copy(system, private / "libibverbs.so.1")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(private))
+    proc, trace = trace_run(tmp_path / "t1", str(verbs_bin), "2", "0", "4", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls(trace, "ibv_get_device_list") == []
+    assert trace.meta["counters"]["verbs_libraries_not_probed"] == 1
+    assert trace.meta["probes"]["verbs_libraries_not_probed"] == [
+        str(private / "libibverbs.so.1")]
+    summary = iotrace_cmd("summary", str(tmp_path / "t1"))
+    assert f"--verbs-lib {private / 'libibverbs.so.1'}" in summary.stdout.replace("\n", "")
+    proc, trace = trace_run(tmp_path / "t2", str(verbs_bin), "2", "0", "4", env=env,
+                            extra=("--verbs-lib", str(private / "libibverbs.so.1")))
+    assert proc.returncode == 0, proc.stderr
+    assert len(calls(trace, "ibv_get_device_list")) == 2
+    assert trace.meta["counters"]["verbs_libraries_not_probed"] == 0

@@ -15,6 +15,14 @@ from .session import recorder_path
 MIN_KERNEL = (5, 11)  # ring buffer (5.8), tp_btf + task storage in tracing programs (5.11)
 
 
+def skipped_by_reason(skipped: list[dict]) -> dict[str, list[str]]:
+    """{why: [probe, ...]}: probes skipped for the same reason, together."""
+    out: dict[str, list[str]] = {}
+    for sk in skipped:
+        out.setdefault(sk["why"], []).append(sk["probe"])
+    return out
+
+
 def kernel_version() -> tuple[int, int]:
     rel = platform.release()
     parts = rel.split(".")
@@ -66,7 +74,9 @@ def run_doctor(console: Console) -> int:
     console.print("probes:")
     for name in res["attached"]:
         line(True, name, "attaches")
-    for sk in res["skipped"]:
-        line(False, sk["probe"], sk["why"], required=False)
+    for why, probes in skipped_by_reason(res["skipped"]).items():
+        names = ", ".join(probes) if len(probes) <= 3 else \
+            f"{len(probes)} probes ({probes[0]} ... {probes[-1]})"
+        line(False, names, why, required=False)
     console.print("tracing works" if ok else "[red]tracing does not work here[/red]")
     return 0 if ok else EXIT_ENV

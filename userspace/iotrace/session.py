@@ -110,7 +110,8 @@ class Session:
         self.meta["start_monotonic_ns"] = self.ready["monotonic_ns"]
         self.meta["start_realtime_ns"] = self.ready["realtime_ns"]
         self.meta["probes"] = {"attached": self.ready["attached"],
-                               "skipped": self.ready["skipped"]}
+                               "skipped": self.ready["skipped"],
+                               "verbs_library": self.ready.get("verbs_library") or None}
         self.meta["root_pid"] = self.ready["pid"]
         ts = self.ready["monotonic_ns"]
         if self.run_mode:
@@ -264,6 +265,15 @@ class Session:
         # files seen only through an fd whose open we never saw (no path known)
         counters["files_without_path"] = sum(1 for f in self.model.files.values()
                                              if f.path is None)
+        # a libibverbs the job loaded that is not the one the uprobes are on:
+        # its verbs calls were not seen (iotrace run --verbs-lib PATH)
+        probed = self.meta["probes"].get("verbs_library")
+        other = sorted({f.path for f in self.model.files.values()
+                        if f.path and "/libibverbs.so" in f.path
+                        and (not probed or os.path.realpath(f.path) != os.path.realpath(probed))})
+        counters["verbs_libraries_not_probed"] = len(other)
+        if other:
+            self.meta["probes"]["verbs_libraries_not_probed"] = other
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
                           "unknown_records")})

@@ -1,11 +1,13 @@
 """The short summary printed at the end of a run and by `iotrace summary`."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
+from .doctor import skipped_by_reason
 from .abi import FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
@@ -75,17 +77,21 @@ def print_summary(t: Trace, console: Console) -> None:
     if lost:
         console.print("  [yellow]not resolved or cut:[/yellow] "
                       + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in lost.items()))
-    by_reason: dict[str, list[str]] = {}
-    no_nfs = False
-    for sk in meta.get("probes", {}).get("skipped", []):
-        if "not loaded" in sk["why"]:
-            no_nfs = True    # no NFS mount: nothing to see there, one quiet line
+    # a module not loaded (no NFS mount, no RDMA device): nothing to see
+    # there, one quiet line; anything else is worth a warning
+    modules_off = []
+    for why, probes in skipped_by_reason(meta.get("probes", {}).get("skipped", [])).items():
+        m = re.match(r"module (\S+) not loaded \((.*)\)", why)
+        if m:
+            modules_off.append(f"{m.group(1)} ({m.group(2)})")
         else:
-            by_reason.setdefault(sk["why"], []).append(sk["probe"])
-    for why, probes in by_reason.items():
-        console.print(f"  [yellow]probes skipped[/yellow] ({why}): {', '.join(probes)}")
-    if no_nfs:
-        console.print("  [dim]NFS/RPC probes off: no NFS mount when tracing started[/dim]")
+            console.print(f"  [yellow]probes skipped[/yellow] ({why}): {', '.join(probes)}")
+    for lib in meta.get("probes", {}).get("verbs_libraries_not_probed", []):
+        console.print(f"  [yellow]RDMA verbs not traced:[/yellow] the job loaded {lib}, not the "
+                      f"library probed; rerun with --verbs-lib {lib}")
+    if modules_off:
+        console.print(f"  [dim]probes off, module not loaded when tracing started: "
+                      f"{', '.join(modules_off)}[/dim]")
     ops = Table(title=None, box=None, pad_edge=False, header_style="bold")
     for col, justify in (("op", "left"), ("calls", "right"), ("bytes", "right"),
                          ("time s", "right"), ("errors", "right")):

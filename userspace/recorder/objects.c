@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The BPF objects and their probes (objects.h): the core object's probe table,
+ * and the optional objects (NFS, RDMA, verbs) that load only where the
+ * kernel modules or the library are there.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include "iotrace.h"
+#include "netfs.skel.h"
+#include "rdma.skel.h"
+#include "verbs.skel.h"
+#include "objects.h"
+
+#define CORE(name, tp, prog, req) { name, tp, NULL, prog, req }
+#define MOD(name, tp, module, prog) { name, tp, module, prog, false }
+#define VERB(fn, op) { #fn, #fn, NULL, NULL, false, op }
+
+/* bpf/iotrace.bpf.c */
+struct probe core_probes[] = {
+	CORE("syscalls (sys_enter)", "sys_enter", "iot_sys_enter", true),
+	CORE("syscalls (sys_exit)", "sys_exit", "iot_sys_exit", true),
+	CORE("process fork", "sched_process_fork", "iot_fork", true),
+	CORE("process exec", "sched_process_exec", "iot_exec", true),
+	CORE("process exit", "sched_process_exit", "iot_exit", true),
+	CORE("thread names (task_rename)", "task_rename", "iot_rename", false),
+	CORE("kernel lock contention (begin)", "contention_begin", "iot_lock_begin", false),
+	CORE("kernel lock contention (end)", "contention_end", "iot_lock_end", false),
+};
+
+/* bpf/netfs.bpf.c */
+static struct probe netfs_probes[] = {
+	MOD("NFS read start", "nfs_initiate_read", "nfs", "iot_nfs_init_read"),
+	MOD("NFS read done", "nfs_readpage_done", "nfs", "iot_nfs_read_done"),
+	MOD("NFS write start", "nfs_initiate_write", "nfs", "iot_nfs_init_write"),
+	MOD("NFS write done", "nfs_writeback_done", "nfs", "iot_nfs_write_done"),
+	MOD("NFS commit start", "nfs_initiate_commit", "nfs", "iot_nfs_init_commit"),
+	MOD("NFS commit done", "nfs_commit_done", "nfs", "iot_nfs_commit_done"),
+	MOD("RPC latency (sunrpc)", "rpc_stats_latency", "sunrpc", "iot_rpc_done"),
+};
+
+/* bpf/rdma.bpf.c */
+static struct probe rdma_probes[] = {
+	MOD("NFS/RDMA marshal", "xprtrdma_marshal", "rpcrdma", "iot_rdma_marshal"),
+	MOD("NFS/RDMA read chunk", "xprtrdma_chunk_read", "rpcrdma", "iot_rdma_chunk_read"),
+	MOD("NFS/RDMA write chunk", "xprtrdma_chunk_write", "rpcrdma", "iot_rdma_chunk_write"),
+	MOD("NFS/RDMA reply chunk", "xprtrdma_chunk_reply", "rpcrdma", "iot_rdma_chunk_reply"),
+	MOD("NFS/RDMA write-pad chunk", "xprtrdma_chunk_wp", "rpcrdma", "iot_rdma_chunk_wp"),
+	MOD("NFS/RDMA post send", "xprtrdma_post_send", "rpcrdma", "iot_rdma_post_send"),
+	MOD("NFS/RDMA reply", "xprtrdma_reply", "rpcrdma", "iot_rdma_reply"),
+	MOD("NFS/RDMA out of MRs", "xprtrdma_nomrs_err", "rpcrdma", "iot_rdma_nomrs"),
+	MOD("NFS/RDMA MR map error", "xprtrdma_frwr_maperr", "rpcrdma", "iot_rdma_frwr_maperr"),
+	MOD("NFS/RDMA post send error", "xprtrdma_post_send_err", "rpcrdma",
+	    "iot_rdma_post_send_err"),
+	MOD("NFS/RDMA connect", "xprtrdma_connect", "rpcrdma", "iot_rdma_connect"),
+	MOD("NFS/RDMA disconnect", "xprtrdma_disconnect", "rpcrdma", "iot_rdma_disconnect"),
+	MOD("NFS/RDMA MR allocation", "xprtrdma_frwr_alloc", "rpcrdma", "iot_rdma_frwr_alloc"),
+	MOD("RDMA CQ alloc", "cq_alloc", "ib_core", "iot_cq_alloc"),
+	MOD("RDMA CQ alloc error", "cq_alloc_error", "ib_core", "iot_cq_alloc_error"),
+	MOD("RDMA CQ free", "cq_free", "ib_core", "iot_cq_free"),
+	MOD("RDMA CQ poll", "cq_poll", "ib_core", "iot_cq_poll"),
+	MOD("RDMA CQ process", "cq_process", "ib_core", "iot_cq_process"),
+	MOD("RDMA CQ schedule", "cq_schedule", "ib_core", "iot_cq_schedule"),
+	MOD("RDMA CQ reschedule", "cq_reschedule", "ib_core", "iot_cq_reschedule"),
+	MOD("RDMA CQ drain", "cq_drain_complete", "ib_core", "iot_cq_drain"),
+	MOD("RDMA MR alloc", "mr_alloc", "ib_core", "iot_mr_alloc"),
+	MOD("RDMA MR dereg", "mr_dereg", "ib_core", "iot_mr_dereg"),
+	MOD("RDMA CM event", "cm_event_handler", "rdma_cm", "iot_cm_event"),
+	MOD("RDMA CM event done", "cm_event_done", "rdma_cm", "iot_cm_event_done"),
+};
+
+/* bpf/verbs.bpf.c: libibverbs functions (ibv_post_send, ibv_poll_cq and the
+ * other data-path verbs are inline in verbs.h: nothing to probe) */
+static struct probe verbs_probes[] = {
+	VERB(ibv_get_device_list, IOT_IBV_GET_DEVICE_LIST),
+	VERB(ibv_open_device, IOT_IBV_OPEN_DEVICE),
+	VERB(ibv_close_device, IOT_IBV_CLOSE_DEVICE),
+	VERB(ibv_alloc_pd, IOT_IBV_ALLOC_PD),
+	VERB(ibv_dealloc_pd, IOT_IBV_DEALLOC_PD),
+	VERB(ibv_create_cq, IOT_IBV_CREATE_CQ),
+	VERB(ibv_destroy_cq, IOT_IBV_DESTROY_CQ),
+	VERB(ibv_create_qp, IOT_IBV_CREATE_QP),
+	VERB(ibv_modify_qp, IOT_IBV_MODIFY_QP),
+	VERB(ibv_destroy_qp, IOT_IBV_DESTROY_QP),
+	VERB(ibv_reg_mr, IOT_IBV_REG_MR),
+	VERB(ibv_reg_mr_iova, IOT_IBV_REG_MR_IOVA),
+	VERB(ibv_reg_mr_iova2, IOT_IBV_REG_MR_IOVA2),
+	VERB(ibv_reg_dmabuf_mr, IOT_IBV_REG_DMABUF_MR),
+	VERB(ibv_dereg_mr, IOT_IBV_DEREG_MR),
+};
+
+#define NPROBES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const int n_core_probes = NPROBES(core_probes);
+
+static struct {
+	struct probe *p;
+	int n;
+} probe_sets[] = {
+	{ core_probes, NPROBES(core_probes) },
+	{ netfs_probes, NPROBES(netfs_probes) },
+	{ rdma_probes, NPROBES(rdma_probes) },
+	{ verbs_probes, NPROBES(verbs_probes) },
+};
+
+void all_probes_json(char *buf, size_t len, bool attached)
+{
+	size_t off = 0;
+
+	buf[0] = 0;
+	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++) {
+		char part[16384];
+		json_probes(part, sizeof(part), probe_sets[s].p, probe_sets[s].n, attached);
+		if (strlen(part) <= 2)
+			continue;
+		/* join the lists: "[a]" + "[b]" -> "[a,b]" */
+		part[strlen(part) - 1] = 0;
+		off += snprintf(buf + off, len - off, "%s%s", off ? "," : "[", part + 1);
+		if (off >= len)
+			break;
+	}
+	snprintf(buf + off, len - off, off ? "]" : "[]");
+}
+
+/* The library whose verbs are probed: --verbs-lib, else the system's. */
+static const char *find_verbs_library(const char *given)
+{
+	static const char *candidates[] = {
+		"/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib/aarch64-linux-gnu/libibverbs.so.1",
+		"/usr/lib64/libibverbs.so.1", "/usr/lib/libibverbs.so.1", "/lib64/libibverbs.so.1",
+	};
+	if (given)
+		return given;
+	for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++)
+		if (access(candidates[i], R_OK) == 0)
+			return candidates[i];
+	return NULL;
+}
+
+/* The optional objects: each shares the core's maps and loads only the
+ * probes whose module is there. */
+static struct netfs_bpf *load_netfs(struct bpf_object *core, struct btf *vmlinux)
+{
+	struct netfs_bpf *o = netfs_bpf__open();
+	struct probe *p = netfs_probes;
+	int n = NPROBES(netfs_probes);
+
+	if (!o) {
+		skip_probes(p, n, "cannot open the NFS probes: %s", strerror(errno));
+		return NULL;
+	}
+	if (!prepare_module_probes(o->obj, core, vmlinux, p, n) || netfs_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		netfs_bpf__destroy(o);
+		return NULL;
+	}
+	return o;
+}
+
+static struct rdma_bpf *load_rdma(struct bpf_object *core, struct btf *vmlinux)
+{
+	struct rdma_bpf *o = rdma_bpf__open();
+	struct probe *p = rdma_probes;
+	int n = NPROBES(rdma_probes);
+
+	if (!o) {
+		skip_probes(p, n, "cannot open the RDMA probes: %s", strerror(errno));
+		return NULL;
+	}
+	if (!prepare_module_probes(o->obj, core, vmlinux, p, n) || rdma_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		rdma_bpf__destroy(o);
+		return NULL;
+	}
+	return o;
+}
+
+static const char *verbs_library;  /* the library the uprobes are on */
+
+const char *probed_verbs_library(void)
+{
+	return verbs_library;
+}
+
+static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
+{
+	const char *lib = find_verbs_library(given);
+	struct probe *p = verbs_probes;
+	int n = NPROBES(verbs_probes);
+	struct verbs_bpf *o;
+
+	if (!lib || access(lib, R_OK)) {
+		if (given)
+			skip_probes(p, n, "cannot read %s: %s", given, strerror(errno));
+		else
+			skip_probes(p, n, "libibverbs not installed (or give its path: --verbs-lib)");
+		return NULL;
+	}
+	o = verbs_bpf__open();
+	if (!o || share_core_maps(o->obj, core) || verbs_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		verbs_bpf__destroy(o);
+		return NULL;
+	}
+	attach_uprobes(o->progs.iot_verbs_enter, o->progs.iot_verbs_return, lib, p, n);
+	verbs_library = lib;
+	return o;
+}
+
+void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
+			   struct btf *vmlinux)
+{
+	o->netfs = load_netfs(core, vmlinux);
+	o->rdma = load_rdma(core, vmlinux);
+}
+
+void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
+			     const char *verbs_lib)
+{
+	attach_probes(netfs_probes, NPROBES(netfs_probes));
+	attach_probes(rdma_probes, NPROBES(rdma_probes));
+	o->verbs = load_verbs(core, verbs_lib);
+}
+
+void detach_all_probes(void)
+{
+	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++)
+		detach_probes(probe_sets[s].p, probe_sets[s].n);
+}
+
+void destroy_optional_objects(struct optional_objects *o)
+{
+	verbs_bpf__destroy(o->verbs);
+	rdma_bpf__destroy(o->rdma);
+	netfs_bpf__destroy(o->netfs);
+	o->verbs = NULL;
+	o->rdma = NULL;
+	o->netfs = NULL;
+}

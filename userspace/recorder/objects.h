@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+#ifndef OBJECTS_H
+#define OBJECTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include "probes.h"
+
+/* bpf/iotrace.bpf.c's probes; probes[i].prog names its program. */
+extern struct probe core_probes[];
+extern const int n_core_probes;
+
+/* The optional objects: NFS (bpf/netfs.bpf.c), kernel RDMA (bpf/rdma.bpf.c)
+ * and libibverbs uprobes (bpf/verbs.bpf.c). Each shares the core object's
+ * maps; each probe that cannot load says why. */
+struct optional_objects {
+	struct netfs_bpf *netfs;
+	struct rdma_bpf *rdma;
+	struct verbs_bpf *verbs;
+};
+
+/* Before the core's probes attach: open and load NFS and RDMA objects. */
+void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
+			   struct btf *vmlinux);
+/* After: attach them, then load and attach the verbs uprobes (verbs_lib:
+ * the libibverbs to probe, NULL for the system's). */
+void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
+			     const char *verbs_lib);
+/* The libibverbs file the verbs uprobes are on (NULL: none). */
+const char *probed_verbs_library(void);
+/* The JSON list of every attached probe's name, or of every skipped
+ * {probe, why}. */
+void all_probes_json(char *buf, size_t len, bool attached);
+void detach_all_probes(void);
+void destroy_optional_objects(struct optional_objects *o);
+
+#endif
