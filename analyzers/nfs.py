@@ -68,6 +68,10 @@ def run(ctx: Context) -> list[Finding]:
                                  "p50_queue_ms": round(r[8] / 1e6, 3)} for r in split[:8]},
     }
     io = {r[0]: r for r in nfs_io}
+    ra = ctx.one("""select count(*), coalesce(sum(req_bytes), 0) from events
+                    where op = 'nfs_readahead'""")
+    if ra[0]:
+        evidence["readaheads"], evidence["readahead_bytes"] = ra
     notes, severity = [], "info"
     for op, key in (("nfs_read", "rsize"), ("nfs_write", "wsize")):
         if op not in io:

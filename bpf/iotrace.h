@@ -98,6 +98,8 @@ enum iot_op {
 	IOT_IBV_REG_MR_IOVA2,    /* same */
 	IOT_IBV_REG_DMABUF_MR,   /* req_bytes = length, arg = offset */
 	IOT_IBV_DEREG_MR,        /* arg = the MR (matches a registration's ret) */
+	IOT_NFS_READAHEAD,       /* NFS readahead issued by a reading thread: offset = start,
+				    req_bytes = bytes asked, ret = 0 or -errno */
 	IOT_OP_COUNT
 };
 

@@ -103,7 +103,8 @@ static __always_inline struct iot_event *start_event(struct pending *p, __u16 op
 	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	e->imode = S_IFREG_;
-	e->arg = BPF_CORE_READ(task, tk_rqstp, rq_xid);
+	if (task)
+		e->arg = BPF_CORE_READ(task, tk_rqstp, rq_xid);
 	/* a retried request completes again: time the retry from here */
 	p->ts = now;
 	return e;
@@ -176,6 +177,64 @@ int BPF_PROG(iot_nfs_commit_done, struct rpc_task *task, struct nfs_commit_data 
 	e->req_bytes = BPF_CORE_READ(data, args.count);
 	e->ret = BPF_CORE_READ(task, tk_status);
 	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/*
+ * NFS readahead: issued by the reading thread (nfs_aop_readahead), done when
+ * the READs for it are sent (nfs_aop_readahead_done, same thread). The READ
+ * RPCs it starts are nfs_read records of that thread, initiated inside it.
+ */
+#define RA_PAGE_SIZE 4096   /* x86_64, like the rest of iotrace */
+
+struct readahead {
+	__u64 ts;
+	__s64 pos;
+	__u32 pages;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct readahead);
+} readahead_inflight SEC(".maps");
+
+SEC("tp_btf/nfs_aop_readahead")
+int BPF_PROG(iot_nfs_readahead, struct inode *inode, __s64 pos, unsigned int nr_pages)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct readahead ra = { .ts = bpf_ktime_get_ns(), .pos = pos, .pages = nr_pages };
+
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	bpf_map_update_elem(&readahead_inflight, &pid_tgid, &ra, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/nfs_aop_readahead_done")
+int BPF_PROG(iot_nfs_readahead_done, struct inode *inode, unsigned int nr_pages, int ret)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct readahead *ra = bpf_map_lookup_elem(&readahead_inflight, &pid_tgid);
+	struct pending p;
+	struct iot_event *e;
+
+	if (!ra)
+		return 0;
+	p.ts = ra->ts;
+	p.pid = pid_tgid >> 32;
+	p.tid = (__u32)pid_tgid;
+	e = start_event(&p, IOT_NFS_READAHEAD, inode, NULL);
+	if (e) {
+		e->offset = ra->pos;
+		e->req_bytes = (__u64)ra->pages * RA_PAGE_SIZE;
+		e->ret = ret;
+		e->arg = 0;
+		bpf_ringbuf_submit(e, 0);
+	}
+	bpf_map_delete_elem(&readahead_inflight, &pid_tgid);
 	return 0;
 }
 

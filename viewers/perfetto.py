@@ -103,7 +103,7 @@ LOCK_OPS = ("lock_contention",)
 
 KIND_CALL, KIND_LOCK = 0, 1
 KIND_NET = 3           # NFS calls and RPCs: a track of their own per process
-NET_OPS = ("rpc", "nfs_read", "nfs_write", "nfs_commit")
+NET_OPS = ("rpc", "nfs_read", "nfs_write", "nfs_commit", "nfs_readahead")
 KIND_RDMA = 4          # kernel RDMA events (rpcrdma, ib_core, rdma_cm): a track per process
 RDMA_OPS = tuple(o for o in abi.OP_NAMES if o.startswith(("rpcrdma_", "rdma_")))
 FIRST_UUID = 1000          # sequence ids 0/1 are the tracing service's: stay clear of them

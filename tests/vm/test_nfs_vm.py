@@ -99,6 +99,24 @@ def test_nfs_reads_match_dd(traced, v):
 
 
 @pytest.mark.parametrize("v", ["nfs3", "nfs4"])
+def test_buffered_reads_come_from_readahead(traced, v):
+    # dd's buffered reads: the page cache reads ahead, and each READ RPC is
+    # initiated inside a readahead of the reading thread, on the same file
+    path = f"{W}/{v}/{v}_buffered_read.bin"
+    count, nbytes = rows(traced, """select count(*), coalesce(sum(req_bytes), 0)
+                                    from events e join files f using (file_id)
+                                    where e.op = 'nfs_readahead' and f.path = ?""", path)[0]
+    assert count > 0 and nbytes >= SIZE
+    outside = rows(traced, """
+        select count(*) from events r join files f using (file_id)
+        where r.op = 'nfs_read' and f.path = ?
+          and not exists (select 1 from events a where a.op = 'nfs_readahead'
+                          and a.tid = r.tid and a.file_id = r.file_id
+                          and r.ts_ns between a.ts_ns and a.ts_ns + a.dur_ns)""", path)[0][0]
+    assert outside == 0
+
+
+@pytest.mark.parametrize("v", ["nfs3", "nfs4"])
 def test_nfs_writes_match_dd(traced, v):
     mnt = f"{W}/{v}"
     wsize = mount_opt(mnt, "wsize")

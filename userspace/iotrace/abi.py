@@ -63,6 +63,7 @@ OP_NAMES = [
     "ibv_dealloc_pd", "ibv_create_cq", "ibv_destroy_cq", "ibv_create_qp", "ibv_modify_qp",
     "ibv_destroy_qp", "ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2",
     "ibv_reg_dmabuf_mr", "ibv_dereg_mr",
+    "nfs_readahead",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
@@ -80,7 +81,7 @@ META_OPS = ("stat", "lstat", "fstat", "newfstatat", "statx", "getdents64",
             "unlink", "unlinkat", "rename", "renameat", "renameat2",
             "mkdir", "mkdirat", "rmdir")
 LIFE_OPS = ("proc_fork", "thread_new", "proc_exec", "thread_exit", "proc_exit", "task_rename")
-NFS_OPS = ("nfs_read", "nfs_write", "nfs_commit")
+NFS_OPS = ("nfs_read", "nfs_write", "nfs_commit")   # one RPC each (nfs_readahead is not)
 RPCRDMA_CHUNK_OPS = ("rpcrdma_chunk_read", "rpcrdma_chunk_write", "rpcrdma_chunk_reply",
                      "rpcrdma_chunk_wp")
 RDMA_CORE_OPS = tuple(n for n in OP_NAMES if n.startswith("rdma_"))

@@ -40,6 +40,8 @@ static struct probe netfs_probes[] = {
 	MOD("NFS write done", "nfs_writeback_done", "nfs", "iot_nfs_write_done"),
 	MOD("NFS commit start", "nfs_initiate_commit", "nfs", "iot_nfs_init_commit"),
 	MOD("NFS commit done", "nfs_commit_done", "nfs", "iot_nfs_commit_done"),
+	MOD("NFS readahead", "nfs_aop_readahead", "nfs", "iot_nfs_readahead"),
+	MOD("NFS readahead done", "nfs_aop_readahead_done", "nfs", "iot_nfs_readahead_done"),
 	MOD("RPC latency (sunrpc)", "rpc_stats_latency", "sunrpc", "iot_rpc_done"),
 };
 
