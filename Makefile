@@ -63,6 +63,8 @@ $(BUILD)/vmlinux.h:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
 BPF_OBJS := iotrace netfs rdma verbs
+# the objects are kept (not removed as intermediates): the VM tests and bpftool use them
+.SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o)
 RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c)
 
 $(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h

@@ -159,31 +159,26 @@ def per_mount(ctx: Context) -> dict:
 def rdma_transport(ctx: Context) -> dict:
     """RPC-over-RDMA: RPCs marshalled, bytes moved by RDMA chunks (the server
     writes READ data into write/reply chunks and reads WRITE data from read
-    chunks), RPCs sent inline, and registration trouble. Chunks of a
-    marshalling attempt that ran out of MRs were released and registered
-    again by the retry: they count as re-registered, not as data."""
+    chunks), RPCs sent inline, and registration trouble. The marshal record
+    holds the chunk bytes of its own attempt; chunks of attempts that failed
+    (out of MRs, no send context) were registered again by the retry and
+    count as re-registered, not as data."""
     r = ctx.one("""
-        with rdma as (select * from events where op like 'rpcrdma%'),
-             chunks as (select c.op, c.req_bytes,
-                               exists (select 1 from rdma m where m.op = 'rpcrdma_nomrs'
-                                       and m.arg = c.arg and m.pid = c.pid
-                                       and m.ts_ns >= c.ts_ns) as retried
-                        from rdma c where c.op like 'rpcrdma_chunk%')
-        select (select count(*) from rdma where op = 'rpcrdma_marshal'),
-               (select count(*) from rdma where op = 'rpcrdma_marshal'
-                                           and flags <= 2 and mode <= 2),
-               (select coalesce(sum(req_bytes), 0) from chunks
-                where not retried and op <> 'rpcrdma_chunk_read'),
-               (select coalesce(sum(req_bytes), 0) from chunks
-                where not retried and op = 'rpcrdma_chunk_read'),
-               (select coalesce(sum(req_bytes), 0) from chunks where retried),
-               (select count(*) from rdma where op in ('rpcrdma_nomrs', 'rpcrdma_frwr_maperr')),
-               (select count(*) from rdma where op = 'rpcrdma_post_send_err')""")
+        select count(*) filter (where op = 'rpcrdma_marshal'),
+               count(*) filter (where op = 'rpcrdma_marshal' and flags <= 2 and mode <= 2),
+               coalesce(sum("offset") filter (where op = 'rpcrdma_marshal'), 0),
+               coalesce(sum(req_bytes) filter (where op = 'rpcrdma_marshal'), 0),
+               coalesce(sum(req_bytes) filter (where op like 'rpcrdma_chunk%'), 0),
+               count(*) filter (where op in ('rpcrdma_nomrs', 'rpcrdma_frwr_maperr')),
+               count(*) filter (where op = 'rpcrdma_post_send_err'),
+               count(*) filter (where op = 'rpcrdma_marshal_failed')
+        from events where op like 'rpcrdma%'""")
     if not r or not any(r):
         return {}
     return {"rpcs_marshalled": r[0], "rpcs_inline": r[1],
             "chunk_bytes_written_by_server": r[2], "chunk_bytes_read_by_server": r[3],
-            "chunk_bytes_reregistered": r[4], "out_of_mrs": r[5], "send_errors": r[6]}
+            "chunk_bytes_reregistered": max(0, r[4] - r[2] - r[3]),
+            "marshal_failures": r[7], "out_of_mrs": r[5], "send_errors": r[6]}
 
 
 RULE = Rule(

@@ -52,7 +52,9 @@ enum iot_op {
 	IOT_RPC,          /* one RPC of a traced process (rpc_stats_latency) */
 	/* NFS over RDMA (rpcrdma, bpf/rdma.bpf.c): per RPC of a traced process;
 	 * arg = xid unless said otherwise */
-	IOT_RPCRDMA_MARSHAL,     /* req_bytes = call length, flags = rtype, mode = wtype */
+	IOT_RPCRDMA_MARSHAL,     /* the call is encoded: flags = rtype, mode = wtype,
+				    req_bytes = read-chunk bytes, offset = write/reply-chunk
+				    bytes registered by this attempt */
 	IOT_RPCRDMA_CHUNK_READ,  /* req_bytes = length, offset = XDR position, fd = nsegs,
 				    mode = handle */
 	IOT_RPCRDMA_CHUNK_WRITE, /* req_bytes = length, fd = nsegs, mode = handle */
@@ -100,6 +102,7 @@ enum iot_op {
 	IOT_IBV_DEREG_MR,        /* arg = the MR (matches a registration's ret) */
 	IOT_NFS_READAHEAD,       /* NFS readahead issued by a reading thread: offset = start,
 				    req_bytes = bytes asked, ret = 0 or -errno */
+	IOT_RPCRDMA_MARSHAL_FAILED, /* encoding failed, the RPC retries: ret = rc, arg = xid */
 	IOT_OP_COUNT
 };
 

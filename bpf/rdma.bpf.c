@@ -70,6 +70,24 @@ struct {
 	__type(value, struct rate);
 } kernel_rate SEC(".maps");
 
+/* Chunk bytes registered by the current marshalling attempt of an RPC, by
+ * (owner, xid). An attempt that fails (no free MR, no send context) releases
+ * its chunks and the retry registers them again, so the chunk records alone
+ * over-count: the marshal record carries its own attempt's bytes. */
+struct attempt { __u64 read_bytes, write_bytes; };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct attempt);
+} attempts SEC(".maps");
+
+static __always_inline __u64 attempt_key(__s32 owner, __u32 xid)
+{
+	return ((__u64)(__u32)owner << 32) | xid;
+}
+
 /* A zeroed record for op, owned by pid (0: the kernel), now. */
 static __always_inline struct rdma_event *start(__u16 op, __s32 pid)
 {
@@ -168,11 +186,36 @@ SEC("tp_btf/xprtrdma_marshal")
 int BPF_PROG(iot_rdma_marshal, struct rpcrdma_req *req, unsigned int rtype, unsigned int wtype)
 {
 	struct rdma_event *b = rpc_start(IOT_RPCRDMA_MARSHAL, req_task(req));
+	struct attempt *a;
+	__u64 key;
 
 	if (!b)
 		return 0;
 	b->ev.flags = rtype;
 	b->ev.mode = wtype;
+	key = attempt_key(b->ev.pid, (__u32)b->ev.arg);
+	a = bpf_map_lookup_elem(&attempts, &key);
+	b->ev.offset = 0;
+	if (a) {
+		b->ev.req_bytes = a->read_bytes;
+		b->ev.offset = a->write_bytes;
+		bpf_map_delete_elem(&attempts, &key);
+	}
+	submit(b);
+	return 0;
+}
+
+SEC("tp_btf/xprtrdma_marshal_failed")
+int BPF_PROG(iot_rdma_marshal_failed, struct rpc_rqst___r *rqst, int rc)
+{
+	struct rdma_event *b = rpc_start(IOT_RPCRDMA_MARSHAL_FAILED, BPF_CORE_READ(rqst, rq_task));
+	__u64 key;
+
+	if (!b)
+		return 0;
+	key = attempt_key(b->ev.pid, (__u32)b->ev.arg);
+	bpf_map_delete_elem(&attempts, &key);
+	b->ev.ret = rc;
 	submit(b);
 	return 0;
 }
@@ -181,10 +224,24 @@ static __always_inline int chunk(__u16 op, struct rpc_task___r *task, struct rpc
 				 int nsegs, __s64 pos)
 {
 	struct rdma_event *b = rpc_start(op, task);
+	struct attempt *a, zero = {};
+	__u64 key;
 
 	if (!b)
 		return 0;
 	b->ev.req_bytes = BPF_CORE_READ(mr, mr_length);
+	key = attempt_key(b->ev.pid, (__u32)b->ev.arg);
+	a = bpf_map_lookup_elem(&attempts, &key);
+	if (!a) {
+		bpf_map_update_elem(&attempts, &key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(&attempts, &key);
+	}
+	if (a) {
+		if (op == IOT_RPCRDMA_CHUNK_READ)
+			a->read_bytes += b->ev.req_bytes;
+		else
+			a->write_bytes += b->ev.req_bytes;
+	}
 	b->ev.mode = BPF_CORE_READ(mr, mr_handle);
 	b->ev.fd = nsegs;
 	b->ev.offset = pos;

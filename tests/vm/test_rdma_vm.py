@@ -39,22 +39,25 @@ def traced(tmp_path_factory):
     return trace
 
 
-def xid_bytes(trace, nfs_op, path, chunk_op):
-    """(bytes done, bytes asked, chunk bytes) of the NFS calls of nfs_op on path,
-    joined by xid. A marshalling attempt that ran out of MRs (rpcrdma_nomrs,
-    which Soft-RoCE's small MR pool does give) released the chunks it had
-    registered and the RPC registered them again: only the last attempt's
-    chunks (after the RPC's last nomrs) carry its data."""
+def chunk_check(trace, nfs_op, path, column):
+    """For the NFS calls of nfs_op on path: (bytes done, bytes asked, calls,
+    calls with a marshal, marshals whose chunk bytes differ from the call's
+    bytes asked). The marshal record carries the chunk bytes registered by
+    its own attempt (column: req_bytes = read chunks, "offset" = write/reply
+    chunks); an attempt that failed (Soft-RoCE's small MR pool does run out)
+    and its re-registered chunks are not in it."""
     return rows(trace, f"""
         with calls as (select e.arg as xid, e.pid, e.ret, e.req_bytes
                        from events e join files f using (file_id)
-                       where e.op = '{nfs_op}' and f.path = ?)
+                       where e.op = '{nfs_op}' and f.path = ?),
+             m as (select m.arg as xid, m.pid, m.{column} as chunk_bytes from events m
+                   where m.op = 'rpcrdma_marshal')
         select (select sum(ret) from calls), (select sum(req_bytes) from calls),
-               (select coalesce(sum(c.req_bytes), 0) from events c
-                where c.op = '{chunk_op}' and c.arg in (select xid from calls)
-                  and not exists (select 1 from events m where m.op = 'rpcrdma_nomrs'
-                                  and m.arg = c.arg and m.pid = c.pid
-                                  and m.ts_ns >= c.ts_ns))""", path)[0]
+               (select count(*) from calls),
+               (select count(*) from calls c where exists
+                   (select 1 from m where m.xid = c.xid and m.pid = c.pid)),
+               (select count(*) from calls c join m on m.xid = c.xid and m.pid = c.pid
+                where m.chunk_bytes != c.req_bytes)""", path)[0]
 
 
 def test_rdma_probes_attached(traced):
@@ -71,20 +74,36 @@ def test_mount_is_rdma(traced):
 
 @pytest.mark.parametrize("kind", ["direct", "buffered"])
 def test_read_data_arrives_through_write_chunks(traced, kind):
-    done, asked, chunks = xid_bytes(traced, "nfs_read", f"{MNT}/rdma_{kind}_read.bin",
-                                    "rpcrdma_chunk_write")
+    done, asked, calls, marshalled, wrong = chunk_check(
+        traced, "nfs_read", f"{MNT}/rdma_{kind}_read.bin", '"offset"')
     assert done == SIZE
     # a write chunk is registered for what the READ asks: O_DIRECT dd's last
     # read, at end of file, asks 1 MiB and gets 0 bytes
-    assert chunks == asked >= SIZE
+    assert asked >= SIZE
+    assert marshalled == calls and wrong == 0
 
 
 @pytest.mark.parametrize("kind", ["direct", "buffered"])
 def test_written_data_leaves_through_read_chunks(traced, kind):
-    done, asked, chunks = xid_bytes(traced, "nfs_write", f"{MNT}/rdma_{kind}_write.bin",
-                                    "rpcrdma_chunk_read")
+    done, asked, calls, marshalled, wrong = chunk_check(
+        traced, "nfs_write", f"{MNT}/rdma_{kind}_write.bin", "req_bytes")
     assert done == asked == SIZE
-    assert chunks == SIZE
+    assert marshalled == calls and wrong == 0
+
+
+def test_chunk_records_add_up_to_the_attempts(traced):
+    # every chunk record belongs to one marshalling attempt: the successful
+    # ones (their bytes in the marshal record) or failed ones
+    # (rpcrdma_marshal_failed, whose chunks were registered again)
+    chunks, attempts, failed = rows(traced, """
+        select (select sum(req_bytes) from events where op like 'rpcrdma_chunk%'),
+               (select sum(req_bytes + "offset") from events where op = 'rpcrdma_marshal'),
+               (select count(*) from events where op = 'rpcrdma_marshal_failed')""")[0]
+    assert attempts >= 4 * SIZE
+    if failed == 0:
+        assert chunks == attempts
+    else:   # a failed attempt may have registered chunks before it failed
+        assert chunks >= attempts
 
 
 def test_every_rpc_is_marshalled_sent_and_answered(traced):

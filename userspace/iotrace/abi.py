@@ -63,7 +63,7 @@ OP_NAMES = [
     "ibv_dealloc_pd", "ibv_create_cq", "ibv_destroy_cq", "ibv_create_qp", "ibv_modify_qp",
     "ibv_destroy_qp", "ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2",
     "ibv_reg_dmabuf_mr", "ibv_dereg_mr",
-    "nfs_readahead",
+    "nfs_readahead", "rpcrdma_marshal_failed",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 

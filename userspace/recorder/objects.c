@@ -48,6 +48,8 @@ static struct probe netfs_probes[] = {
 /* bpf/rdma.bpf.c */
 static struct probe rdma_probes[] = {
 	MOD("NFS/RDMA marshal", "xprtrdma_marshal", "rpcrdma", "iot_rdma_marshal"),
+	MOD("NFS/RDMA marshal failed", "xprtrdma_marshal_failed", "rpcrdma",
+	    "iot_rdma_marshal_failed"),
 	MOD("NFS/RDMA read chunk", "xprtrdma_chunk_read", "rpcrdma", "iot_rdma_chunk_read"),
 	MOD("NFS/RDMA write chunk", "xprtrdma_chunk_write", "rpcrdma", "iot_rdma_chunk_write"),
 	MOD("NFS/RDMA reply chunk", "xprtrdma_chunk_reply", "rpcrdma", "iot_rdma_chunk_reply"),
