@@ -124,3 +124,51 @@ def test_a_private_libibverbs_is_reported_then_probed_with_verbs_lib(tmp_path, v
     assert proc.returncode == 0, proc.stderr
     assert len(calls(trace, "ibv_get_device_list")) == 2
     assert trace.meta["counters"]["verbs_libraries_not_probed"] == 0
+
+
+def test_attach_probes_the_libibverbs_the_process_mapped(tmp_path):
+    """`iotrace attach` puts the verbs uprobes on the library copy the running
+    process has mapped (here a private copy loaded with ctypes), not the
+    system's: the calls made after the attach are all recorded."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+    from conftest import IOTRACE
+    system = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+    if not Path(system).exists():
+        pytest.skip("no system libibverbs at " + system)
+    private = tmp_path / "libibverbs.so.1"
+    shutil.copy(system, private)
+    go = tmp_path / "go"
+    script = f"""
+import ctypes, os, sys, time
+lib = ctypes.CDLL({str(private)!r})
+lib.ibv_get_device_list.restype = ctypes.c_void_p
+num = ctypes.c_int()
+print("ready", flush=True)
+while not os.path.exists({str(go)!r}):
+    time.sleep(0.02)
+for _ in range(5):
+    lib.ibv_get_device_list(ctypes.byref(num))
+"""
+    target = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert target.stdout.readline().strip() == "ready"
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid), "-o", str(out)],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not (out / "meta.json").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        go.touch()
+        assert target.wait(timeout=60) == 0
+        assert tracer.wait(timeout=60) == 0, tracer.stderr.read()
+    finally:
+        target.kill()
+        tracer.kill()
+    import iotrace
+    trace = iotrace.open_trace(out)
+    assert trace.meta["probes"]["verbs_library"] == str(private)
+    lists = calls(trace, "ibv_get_device_list")
+    assert len(lists) == 5 and {c[0] for c in lists} == {target.pid}

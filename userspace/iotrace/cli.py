@@ -147,12 +147,13 @@ def recorder_tuning(ringbuf_mb: int, verbs_lib: Optional[str]) -> list[str]:
 def mapped_verbs_library(pid: int) -> Optional[str]:
     """The libibverbs a running process has mapped (a conda env's, say), if any."""
     try:
-        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-            path = line.split(maxsplit=5)[5] if line.count(" ") >= 5 else ""
-            if "/libibverbs.so" in path:
-                return path.strip()
-    except (OSError, IndexError):
-        pass
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)   # anonymous maps have no 6th field
+        if len(fields) == 6 and "/libibverbs.so" in fields[5]:
+            return fields[5].strip()
     return None
 
 
