@@ -96,7 +96,10 @@ def run(ctx: Context) -> list[Finding]:
             notes.append(f"{per_mib:.1f} COMMITs per MiB written (fsync after small writes)")
     fsyncs = ctx.one(f"""select count(*) from events e join files f using (file_id)
                          where e.op in {sql_list(SYNC_OPS)} and f.fs_type like 'nfs%'""")[0]
-    written = io["nfs_write"][2] if "nfs_write" in io else 0
+    # bytes written to NFS: the WRITE RPCs' when the nfs probes ran, else the
+    # job's write calls on NFS files
+    written = (io["nfs_write"][2] if "nfs_write" in io
+               else sum(m["write_bytes"] for m in mounts.values()))
     if fsyncs:
         evidence["nfs_fsyncs"] = fsyncs
         if written and fsyncs / (written / MiB) > th["max_fsyncs_per_mib"]:

@@ -106,3 +106,14 @@ def test_fsyncs_per_mib_written_on_nfs(tmp_path, fsyncs, severity):
     f = finding(synth_trace(tmp_path, events, files=[(0, "/mnt/nfs/c.pt", "nfs4", "rw")]),
                 "nfs")
     assert f.severity == severity and f.evidence["nfs_fsyncs"] == fsyncs
+
+
+def test_fsyncs_judged_from_write_calls_without_nfs_probes(tmp_path):
+    # no nfs_write rows (NFS probes not loaded): the job's own 1 MiB of
+    # pwrite64 calls on the NFS file is what was written; 4 fsyncs is a storm
+    events = [ev("pwrite64", ts=i * MS, off=i * 4096, req=4096, ret=4096, file_id=0)
+              for i in range(256)]
+    events += [ev("fsync", ts=300 * MS + i * MS, file_id=0) for i in range(4)]
+    f = finding(synth_trace(tmp_path, events, files=[(0, "/mnt/nfs/c.pt", "nfs", "rw")]),
+                "nfs")
+    assert f.severity == "warn" and "4 fsyncs for 1.0 MiB written" in f.summary

@@ -16,13 +16,21 @@ from conftest import needs_root, rows, scalar, trace_run
 
 pytestmark = needs_root()
 KiB = 1024
+SYSTEM_LIB = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+
+
+def have_device() -> bool:
+    d = Path("/sys/class/infiniband_verbs")
+    return d.is_dir() and any(p.name.startswith("uverbs") for p in d.iterdir())
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory, verbs_bin):
     out = tmp_path_factory.mktemp("verbs") / "trace"
-    # 3 device lists; with a device: 4 MRs of 256 KiB, then 4 MiB over the limit
-    proc, trace = trace_run(out, str(verbs_bin), "3", "4", "256", "4096")
+    # 3 device lists; with a device: 4 MRs of 256 KiB, then 4 MiB over the limit.
+    # --verbs-lib: without an RDMA device (here) the probes are off by default
+    proc, trace = trace_run(out, str(verbs_bin), "3", "4", "256", "4096",
+                            extra=("--verbs-lib", SYSTEM_LIB))
     assert proc.returncode == 0, proc.stderr
     return trace, json.loads(proc.stdout)
 
@@ -38,6 +46,19 @@ def test_verbs_probes_attach_to_the_default_symbol_version(traced):
     # exported twice (@IBVERBS_1.0 and @@IBVERBS_1.1): the default one is probed,
     # or the calls below would not be seen
     assert {"ibv_get_device_list", "ibv_reg_mr", "ibv_dereg_mr"} <= set(attached)
+
+
+def test_no_device_no_verbs_probes_unless_asked(tmp_path, verbs_bin):
+    """Removing a uprobe costs an RCU grace period (~0.1 s each, 30 of them):
+    without an RDMA device the verbs probes stay off, and say why."""
+    if have_device():
+        pytest.skip("this machine has an RDMA device")
+    proc, trace = trace_run(tmp_path / "t", str(verbs_bin), "1", "0", "4")
+    assert proc.returncode == 0, proc.stderr
+    why = {s["probe"]: s["why"] for s in trace.meta["probes"]["skipped"]}
+    assert why["ibv_reg_mr"].startswith("no RDMA device")
+    assert trace.meta["probes"]["verbs_library"] is None
+    assert calls(trace, "ibv_get_device_list") == []
 
 
 def test_device_lists_counted_exactly(traced):
@@ -104,14 +125,16 @@ def test_a_private_libibverbs_is_reported_then_probed_with_verbs_lib(tmp_path, v
     uprobes on the system's: the trace says so, and --verbs-lib fixes it."""
     import shutil
     from conftest import iotrace_cmd
-    system = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+    system = SYSTEM_LIB
     if not Path(system).exists():
         pytest.skip("no system libibverbs at " + system)
     private = tmp_path / "env" / "lib"
     private.mkdir(parents=True)
     shutil.copy(system, private / "libibverbs.so.1")
     env = dict(os.environ, LD_LIBRARY_PATH=str(private))
-    proc, trace = trace_run(tmp_path / "t1", str(verbs_bin), "2", "0", "4", env=env)
+    # the probes on the system's copy (forced: this machine may have no device)
+    proc, trace = trace_run(tmp_path / "t1", str(verbs_bin), "2", "0", "4", env=env,
+                            extra=("--verbs-lib", system))
     assert proc.returncode == 0, proc.stderr
     assert calls(trace, "ibv_get_device_list") == []
     assert trace.meta["counters"]["verbs_libraries_not_probed"] == 1
@@ -135,7 +158,7 @@ def test_attach_probes_the_libibverbs_the_process_mapped(tmp_path):
     import sys
     import time
     from conftest import IOTRACE
-    system = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+    system = SYSTEM_LIB
     if not Path(system).exists():
         pytest.skip("no system libibverbs at " + system)
     private = tmp_path / "libibverbs.so.1"

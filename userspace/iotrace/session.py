@@ -266,11 +266,15 @@ class Session:
         counters["files_without_path"] = sum(1 for f in self.model.files.values()
                                              if f.path is None)
         # a libibverbs the job loaded that is not the one the uprobes are on:
-        # its verbs calls were not seen (iotrace run --verbs-lib PATH)
+        # its verbs calls were not seen (iotrace run --verbs-lib PATH). With no
+        # RDMA device there was nothing for them to do.
         probed = self.meta["probes"].get("verbs_library")
-        other = sorted({f.path for f in self.model.files.values()
-                        if f.path and "/libibverbs.so" in f.path
-                        and (not probed or os.path.realpath(f.path) != os.path.realpath(probed))})
+        no_device = any(sk["why"].startswith("no RDMA device")
+                        for sk in self.meta["probes"].get("skipped", []))
+        other = [] if no_device else sorted(
+            {f.path for f in self.model.files.values()
+             if f.path and "/libibverbs.so" in f.path
+             and (not probed or os.path.realpath(f.path) != os.path.realpath(probed))})
         counters["verbs_libraries_not_probed"] = len(other)
         if other:
             self.meta["probes"]["verbs_libraries_not_probed"] = other

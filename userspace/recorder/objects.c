@@ -4,7 +4,9 @@
  * and the optional objects (NFS, RDMA, verbs) that load only where the
  * kernel modules or the library are there.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -190,18 +192,45 @@ const char *probed_verbs_library(void)
 	return verbs_library;
 }
 
+/* libibverbs finds devices in /sys/class/infiniband_verbs: without one,
+ * a job's verbs calls can do nothing but find no device. */
+static bool have_uverbs_device(void)
+{
+	DIR *d = opendir("/sys/class/infiniband_verbs");
+	struct dirent *de;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)))
+		found = strncmp(de->d_name, "uverbs", 6) == 0;
+	closedir(d);
+	return found;
+}
+
 static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
 {
-	const char *lib = find_verbs_library(given);
+	const char *lib = find_verbs_library(given && strcmp(given, "none") ? given : NULL);
 	struct probe *p = verbs_probes;
 	int n = NPROBES(verbs_probes);
 	struct verbs_bpf *o;
 
+	if (given && strcmp(given, "none") == 0) {
+		skip_probes(p, n, "turned off (--no-verbs)");
+		return NULL;
+	}
 	if (!lib || access(lib, R_OK)) {
 		if (given)
 			skip_probes(p, n, "cannot read %s: %s", given, strerror(errno));
 		else
 			skip_probes(p, n, "libibverbs not installed (or give its path: --verbs-lib)");
+		return NULL;
+	}
+	/* Each uprobe costs ~0.1 s to remove at the end (an RCU grace period,
+	 * serialised by the kernel): only where there is something to trace. */
+	if (!given && !have_uverbs_device()) {
+		skip_probes(p, n, "no RDMA device (/sys/class/infiniband_verbs is empty; "
+			    "--verbs-lib forces the probes)");
 		return NULL;
 	}
 	o = verbs_bpf__open();

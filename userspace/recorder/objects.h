@@ -25,7 +25,7 @@ struct optional_objects {
 void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			   struct btf *vmlinux);
 /* After: attach them, then load and attach the verbs uprobes (verbs_lib:
- * the libibverbs to probe, NULL for the system's). */
+ * the libibverbs to probe, NULL for the system's, "none" for no verbs). */
 void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			     const char *verbs_lib);
 /* The libibverbs file the verbs uprobes are on (NULL: none). */

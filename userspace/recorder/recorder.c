@@ -374,7 +374,8 @@ static void usage(FILE *f)
 		"  --rotate-ms MS     close a spool segment every MS ms (default 1000)\n"
 		"  --ringbuf-mb MB    ring buffer size (default 64)\n"
 		"  --duration S       stop after S seconds (attach mode)\n"
-		"  --verbs-lib PATH   libibverbs to probe (default: the system's)\n"
+		"  --verbs-lib PATH   libibverbs to probe (default: the system's, when there is\n"
+		"                     an RDMA device; \"none\": no verbs probes)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
