@@ -186,6 +186,7 @@ static struct rdma_bpf *load_rdma(struct bpf_object *core, struct btf *vmlinux)
 }
 
 static const char *verbs_library;  /* the library the uprobes are on */
+static int multi_fds[2] = { -1, -1 };  /* the uprobe_multi links, when used */
 
 const char *probed_verbs_library(void)
 {
@@ -233,6 +234,22 @@ static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
 			    "--verbs-lib forces the probes)");
 		return NULL;
 	}
+	/* uprobe_multi (kernel >= 6.6) where the programs load for it */
+	o = verbs_bpf__open();
+	if (o) {
+		bpf_program__set_expected_attach_type(o->progs.iot_verbs_enter,
+						      IOT_ATTACH_UPROBE_MULTI);
+		bpf_program__set_expected_attach_type(o->progs.iot_verbs_return,
+						      IOT_ATTACH_UPROBE_MULTI);
+		if (!share_core_maps(o->obj, core) && !verbs_bpf__load(o) &&
+		    !attach_uprobes_multi(o->progs.iot_verbs_enter, o->progs.iot_verbs_return,
+					  lib, p, n, multi_fds)) {
+			verbs_library = lib;
+			return o;
+		}
+		verbs_bpf__destroy(o);
+	}
+	/* else one perf uprobe per function and direction */
 	o = verbs_bpf__open();
 	if (!o || share_core_maps(o->obj, core) || verbs_bpf__load(o)) {
 		skip_probes(p, n, "load failed: %s", strerror(errno));
@@ -261,6 +278,13 @@ void attach_optional_objects(struct optional_objects *o, struct bpf_object *core
 
 void detach_all_probes(void)
 {
+	for (int k = 0; k < 2; k++) {
+		if (multi_fds[k] >= 0)
+			close(multi_fds[k]);
+		multi_fds[k] = -1;
+	}
+	for (int i = 0; i < NPROBES(verbs_probes); i++)
+		verbs_probes[i].in_multi = false;
 	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++)
 		detach_probes(probe_sets[s].p, probe_sets[s].n);
 }

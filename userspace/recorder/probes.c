@@ -2,10 +2,13 @@
 /* Loading, attaching and explaining probes (probes.h). */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <bpf/bpf.h>
+#include <linux/bpf.h>
 #include "elf_sym.h"
 #include "probes.h"
 
@@ -156,6 +159,73 @@ static void *destroy_link(void *link)
  * 30 verbs uprobes closed one by one added 3 s to the end of every trace.
  * They are closed from one thread each, so the waits overlap.
  */
+/* BPF_LINK_CREATE's uprobe_multi attributes (linux/bpf.h >= 6.6; the build
+ * machine's headers may be older). */
+struct uprobe_multi_attr {
+	__u32 prog_fd, target_fd, attach_type, flags;
+	__u64 path, offsets, ref_ctr_offsets, cookies;
+	__u32 cnt, multi_flags, pid;
+};
+
+#define UPROBE_MULTI_RETURN 1
+
+static int link_uprobe_multi(struct bpf_program *prog, const char *library,
+			     const unsigned long *offsets, const __u64 *cookies, __u32 cnt,
+			     bool ret)
+{
+	union { struct uprobe_multi_attr a; char bytes[128]; } attr;
+	int fd;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.a.prog_fd = bpf_program__fd(prog);
+	attr.a.attach_type = IOT_ATTACH_UPROBE_MULTI;
+	attr.a.path = (__u64)(unsigned long)library;
+	attr.a.offsets = (__u64)(unsigned long)offsets;
+	attr.a.cookies = (__u64)(unsigned long)cookies;
+	attr.a.cnt = cnt;
+	attr.a.multi_flags = ret ? UPROBE_MULTI_RETURN : 0;
+	fd = (int)syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr));
+	return fd < 0 ? -errno : fd;
+}
+
+int attach_uprobes_multi(struct bpf_program *enter, struct bpf_program *ret,
+			 const char *library, struct probe *p, int n, int fds[2])
+{
+	unsigned long offsets[64];
+	__u64 cookies[64];
+	int idx[64], cnt = 0;
+
+	for (int i = 0; i < n && cnt < 64; i++) {
+		long off;
+
+		if (p[i].why[0])
+			continue;
+		off = elf_default_func_offset(library, p[i].tp);
+		if (off < 0) {
+			snprintf(p[i].why, sizeof(p[i].why), "%s: %s", library,
+				 off == -ENOENT ? "does not export it" : strerror((int)-off));
+			continue;
+		}
+		offsets[cnt] = (unsigned long)off;
+		cookies[cnt] = p[i].cookie;
+		idx[cnt++] = i;
+	}
+	if (!cnt)
+		return -ENOENT;
+	fds[0] = link_uprobe_multi(enter, library, offsets, cookies, (__u32)cnt, false);
+	if (fds[0] < 0)
+		return fds[0];
+	fds[1] = link_uprobe_multi(ret, library, offsets, cookies, (__u32)cnt, true);
+	if (fds[1] < 0) {
+		int err = fds[1];
+		close(fds[0]);
+		return err;
+	}
+	for (int k = 0; k < cnt; k++)
+		p[idx[k]].in_multi = true;
+	return 0;
+}
+
 void detach_probes(struct probe *p, int n)
 {
 	pthread_t threads[2 * 64];
@@ -185,7 +255,7 @@ void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attac
 
 	off += snprintf(buf + off, len - off, "[");
 	for (int i = 0; i < n && off < len; i++) {
-		if (!!p[i].link != attached)
+		if ((p[i].link || p[i].in_multi) != attached)
 			continue;
 		if (attached)
 			off += snprintf(buf + off, len - off, "%s\"%s\"", off > 1 ? "," : "", p[i].name);
