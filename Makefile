@@ -74,7 +74,7 @@ $(BUILD)/%.skel.h: $(BUILD)/%.bpf.o
 	$(BPFTOOL) gen skeleton $< name $*_bpf > $@
 
 $(RECORDER): $(RECORDER_SRC) userspace/recorder/*.h bpf/iotrace.h $(BPF_OBJS:%=$(BUILD)/%.skel.h)
-	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $(RECORDER_SRC) -lbpf -lelf -lz -pthread -o $@
+	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $(RECORDER_SRC) -lbpf -lelf -lz -o $@
 
 # Copied by rename: a recorder that is running keeps its old binary.
 $(PKG_BIN): $(RECORDER)

@@ -16,6 +16,10 @@ so tracer start-up is not counted. Repetitions are interleaved, the order
 rotated; reported: median ns per call and the median of the per-repetition
 differences from untraced (ns added per call).
 
+The probes are forced on (--verbs-lib) since a machine without an RDMA
+device does not get them by default. On kernels >= 6.6 they are uprobe_multi
+links, else perf uprobes.
+
 Run as root:  .venv/bin/python bench/verbs_uprobe.py [--reps N] [--calls N]
 The table is printed and written to bench/results/verbs-uprobe-latest.txt.
 """
@@ -37,6 +41,19 @@ IOTRACE = [sys.executable, "-m", "iotrace"]
 RESULTS = BENCH / "results" / "verbs-uprobe-latest.txt"
 
 
+def system_verbs_lib() -> str:
+    """The libibverbs the workload links against (forced on with --verbs-lib:
+    without an RDMA device iotrace leaves the verbs probes off)."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "libibverbs.so.1 " in line and "=>" in line:
+            return line.split("=>")[1].strip()
+    raise SystemExit("libibverbs.so.1 not found (apt-get install libibverbs-dev)")
+
+
+VERBS = ["--verbs-lib", system_verbs_lib()]
+
+
 def build(tmp: Path) -> Path:
     exe = tmp / "verbs_calls"
     subprocess.run(["gcc", "-O2", "-o", str(exe), str(BENCH / "verbs_calls.c"), "-libverbs"],
@@ -51,14 +68,16 @@ def untraced(exe: Path, calls: int) -> float:
 
 def traced(exe: Path, calls: int, tmp: Path) -> float:
     out = tmp / f"t{time.monotonic_ns()}"
-    p = subprocess.run([*IOTRACE, "run", "-q", "-o", str(out), "--", str(exe), str(calls)],
+    p = subprocess.run([*IOTRACE, "run", "-q", "-o", str(out), *VERBS, "--", str(exe),
+                        str(calls)],
                        capture_output=True, text=True, check=True)
     return float(p.stdout)
 
 
 def bystander(exe: Path, calls: int, tmp: Path) -> float:
     out = tmp / f"s{time.monotonic_ns()}"
-    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "-o", str(out), "--", "sleep", "600"],
+    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "-o", str(out), *VERBS, "--", "sleep",
+                               "600"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(3)  # probes attached

@@ -209,6 +209,17 @@ static bool have_uverbs_device(void)
 	return found;
 }
 
+/* Does the kernel have uprobe_multi links (6.6 and later)? */
+static bool kernel_has_uprobe_multi(void)
+{
+	struct btf *vmlinux = btf__load_vmlinux_btf();
+	bool yes = vmlinux &&
+		   btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) > 0;
+
+	btf__free(vmlinux);
+	return yes;
+}
+
 static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
 {
 	const char *lib = find_verbs_library(given && strcmp(given, "none") ? given : NULL);
@@ -234,8 +245,8 @@ static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
 			    "--verbs-lib forces the probes)");
 		return NULL;
 	}
-	/* uprobe_multi (kernel >= 6.6) where the programs load for it */
-	o = verbs_bpf__open();
+	/* uprobe_multi where the kernel has it */
+	o = kernel_has_uprobe_multi() ? verbs_bpf__open() : NULL;
 	if (o) {
 		bpf_program__set_expected_attach_type(o->progs.iot_verbs_enter,
 						      IOT_ATTACH_UPROBE_MULTI);

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Loading, attaching and explaining probes (probes.h). */
 #include <errno.h>
-#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <stdarg.h>
@@ -148,17 +147,6 @@ void attach_uprobes(struct bpf_program *enter, struct bpf_program *ret,
 	}
 }
 
-static void *destroy_link(void *link)
-{
-	bpf_link__destroy(link);
-	return NULL;
-}
-
-/*
- * Closing a uprobe waits for an RCU grace period (about 0.1 s here), so the
- * 30 verbs uprobes closed one by one added 3 s to the end of every trace.
- * They are closed from one thread each, so the waits overlap.
- */
 /* BPF_LINK_CREATE's uprobe_multi attributes (linux/bpf.h >= 6.6; the build
  * machine's headers may be older). */
 struct uprobe_multi_attr {
@@ -228,25 +216,11 @@ int attach_uprobes_multi(struct bpf_program *enter, struct bpf_program *ret,
 
 void detach_probes(struct probe *p, int n)
 {
-	pthread_t threads[2 * 64];
-	int started = 0;
-
 	for (int i = 0; i < n; i++) {
-		struct bpf_link *links[2] = { p[i].link, p[i].ret_link };
-
-		for (int k = 0; k < 2; k++) {
-			if (!links[k])
-				continue;
-			if (started < (int)(sizeof(threads) / sizeof(threads[0])) &&
-			    pthread_create(&threads[started], NULL, destroy_link, links[k]) == 0)
-				started++;
-			else
-				bpf_link__destroy(links[k]);
-		}
+		bpf_link__destroy(p[i].link);
+		bpf_link__destroy(p[i].ret_link);
 		p[i].link = p[i].ret_link = NULL;
 	}
-	for (int t = 0; t < started; t++)
-		pthread_join(threads[t], NULL);
 }
 
 void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attached)
