@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,16 @@ def lockwait_run(tmp_path_factory, lockwait_bin):
     mutex = int(lines[0].split()[1], 16)
     measured = {int(t): int(w) for t, w in (line.split() for line in lines[1:] if line.strip())}
     return trace, data, mutex, measured
+
+
+def wait_for(pred, timeout=60.0) -> bool:
+    """Polls pred every 50 ms until it is true (True) or timeout passes (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def needs_root():

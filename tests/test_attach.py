@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
-from conftest import IOTRACE, WORKLOADS, needs_root, rows, scalar
+from conftest import IOTRACE, WORKLOADS, needs_root, rows, scalar, wait_for
 
 import iotrace
 
 pytestmark = needs_root()
-
-
-def wait_for(pred, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_attach_mid_run(tmp_path):

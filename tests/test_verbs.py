@@ -158,8 +158,7 @@ def test_attach_probes_the_libibverbs_the_process_mapped(tmp_path):
     import shutil
     import subprocess
     import sys
-    import time
-    from conftest import IOTRACE
+    from conftest import IOTRACE, wait_for
     system = SYSTEM_LIB
     if not Path(system).exists():
         pytest.skip("no system libibverbs at " + system)
@@ -183,9 +182,7 @@ for _ in range(5):
     tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid), "-o", str(out)],
                               stderr=subprocess.PIPE, text=True)
     try:
-        end = time.monotonic() + 60
-        while not (out / "meta.json").exists() and time.monotonic() < end:
-            time.sleep(0.05)
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
         go.touch()
         assert target.wait(timeout=60) == 0
         assert tracer.wait(timeout=60) == 0, tracer.stderr.read()

@@ -209,18 +209,7 @@ static bool have_uverbs_device(void)
 	return found;
 }
 
-/* Does the kernel have uprobe_multi links (6.6 and later)? */
-static bool kernel_has_uprobe_multi(void)
-{
-	struct btf *vmlinux = btf__load_vmlinux_btf();
-	bool yes = vmlinux &&
-		   btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) > 0;
-
-	btf__free(vmlinux);
-	return yes;
-}
-
-static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
+static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given, bool multi)
 {
 	const char *lib = find_verbs_library(given && strcmp(given, "none") ? given : NULL);
 	struct probe *p = verbs_probes;
@@ -246,7 +235,7 @@ static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given)
 		return NULL;
 	}
 	/* uprobe_multi where the kernel has it */
-	o = kernel_has_uprobe_multi() ? verbs_bpf__open() : NULL;
+	o = multi ? verbs_bpf__open() : NULL;
 	if (o) {
 		bpf_program__set_expected_attach_type(o->progs.iot_verbs_enter,
 						      IOT_ATTACH_UPROBE_MULTI);
@@ -276,6 +265,9 @@ void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			   struct btf *vmlinux)
 {
 	o->netfs = load_netfs(core, vmlinux);
+	/* uprobe_multi links: kernels 6.6 and later */
+	o->uprobe_multi = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link",
+						 BTF_KIND_STRUCT) > 0;
 	o->rdma = load_rdma(core, vmlinux);
 }
 
@@ -284,7 +276,7 @@ void attach_optional_objects(struct optional_objects *o, struct bpf_object *core
 {
 	attach_probes(netfs_probes, NPROBES(netfs_probes));
 	attach_probes(rdma_probes, NPROBES(rdma_probes));
-	o->verbs = load_verbs(core, verbs_lib);
+	o->verbs = load_verbs(core, verbs_lib, o->uprobe_multi);
 }
 
 void detach_all_probes(void)

@@ -19,6 +19,7 @@ struct optional_objects {
 	struct netfs_bpf *netfs;
 	struct rdma_bpf *rdma;
 	struct verbs_bpf *verbs;
+	bool uprobe_multi;     /* the kernel has uprobe_multi links */
 };
 
 /* Before the core's probes attach: open and load NFS and RDMA objects. */

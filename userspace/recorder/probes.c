@@ -119,20 +119,28 @@ void attach_probes(struct probe *p, int n)
 	}
 }
 
+/* The probe's function offset in library, or -1 with the reason in why. */
+static long function_offset(const char *library, struct probe *p)
+{
+	long off = elf_default_func_offset(library, p->tp);
+
+	if (off < 0) {
+		snprintf(p->why, sizeof(p->why), "%s: %s", library,
+			 off == -ENOENT ? "does not export it" : strerror((int)-off));
+		return -1;
+	}
+	return off;
+}
+
 void attach_uprobes(struct bpf_program *enter, struct bpf_program *ret,
 		    const char *library, struct probe *p, int n)
 {
 	for (int i = 0; i < n; i++) {
-		long off = elf_default_func_offset(library, p[i].tp);
 		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = p[i].cookie);
+		long off;
 
-		if (p[i].why[0])
+		if (p[i].why[0] || (off = function_offset(library, &p[i])) < 0)
 			continue;
-		if (off < 0) {
-			snprintf(p[i].why, sizeof(p[i].why), "%s: %s", library,
-				 off == -ENOENT ? "does not export it" : strerror((int)-off));
-			continue;
-		}
 		p[i].link = bpf_program__attach_uprobe_opts(enter, -1, library, (size_t)off, &o);
 		o.retprobe = true;
 		if (p[i].link)
@@ -186,14 +194,8 @@ int attach_uprobes_multi(struct bpf_program *enter, struct bpf_program *ret,
 	for (int i = 0; i < n && cnt < 64; i++) {
 		long off;
 
-		if (p[i].why[0])
+		if (p[i].why[0] || (off = function_offset(library, &p[i])) < 0)
 			continue;
-		off = elf_default_func_offset(library, p[i].tp);
-		if (off < 0) {
-			snprintf(p[i].why, sizeof(p[i].why), "%s: %s", library,
-				 off == -ENOENT ? "does not export it" : strerror((int)-off));
-			continue;
-		}
 		offsets[cnt] = (unsigned long)off;
 		cookies[cnt] = p[i].cookie;
 		idx[cnt++] = i;
