@@ -25,6 +25,10 @@ class Finding:
     files: list[dict] = field(default_factory=list)          # {"path", "share", ...}
     processes: list[dict] = field(default_factory=list)      # {"pid", "cmdline", "share", ...}
     examples: list[dict] = field(default_factory=list)       # {"ts_ns", "pid", "tid", "what"}
+    impact_s: Optional[float] = None      # time of the training loop this explains
+    impact_share: Optional[float] = None  # of the training window
+    saving_s: Optional[float] = None      # what fixing it would save, at most
+    rule_severity: Optional[str] = None   # what the rule's own thresholds said, before impact
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,10 +67,21 @@ class Context:
     thresholds: dict[str, dict[str, float]]
     t0_ns: int = 0
     t1_ns: int = 0
+    window: Optional[tuple[int, int]] = None   # the training window (ns), once known
 
     @property
     def duration_s(self) -> float:
         return max((self.t1_ns - self.t0_ns) / 1e9, 1e-9)
+
+    def wait_cost_s(self, where: str) -> float:
+        """Seconds of the loop's data wait attributed to the calls matching
+        `where` (a condition on events e and files f): the time the loop
+        waited while producers were in those calls."""
+        r = self.con.execute(f"""
+            select coalesce(sum(w.cost_ns), 0) from wait_cost w
+            join events e on e.tid = w.tid and e.ts_ns = w.ts_ns
+            left join files f on f.file_id = e.file_id where {where}""").fetchone()
+        return float(r[0]) / 1e9
 
     def th(self, rule_id: str) -> dict[str, float]:
         return self.thresholds[rule_id]

@@ -26,7 +26,9 @@ import pyarrow.parquet as pq
 import iotrace
 from iotrace.analyzers.base import Context, Targets
 from iotrace.analyzers.registry import all_rules
-from iotrace.analyzers.report import build_report, make_verdict
+from iotrace.analyzers.report import VERDICT, build_report
+from iotrace.analyzers.verdict import make_verdict
+from iotrace.analyzers.waits import analyse
 from iotrace.analyzers.thresholds import load_thresholds
 from iotrace.analyzers.views import create_views
 from iotrace.convert import EVENTS_SCHEMA
@@ -61,6 +63,7 @@ def make_part(rng, n, t0):
         "path": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
         "path2": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
         "eflags": np.zeros(n, np.int16),
+        "chan_ino": pa.nulls(n, pa.int64()),
     }
     return pa.table(cols, schema=EVENTS_SCHEMA), int(ts[-1])
 
@@ -105,14 +108,17 @@ def time_rules(root: Path, targets: Targets) -> dict[str, float]:
     create_views(trace.con)
     t0, t1 = trace.con.execute("select min(ts_ns), max(ts_ns + dur_ns) from events").fetchone()
     ctx = Context(con=trace.con, meta=trace.meta, targets=targets,
-                  thresholds=load_thresholds(rules, None), t0_ns=t0, t1_ns=t1)
+                  thresholds=load_thresholds(rules + [VERDICT], None), t0_ns=t0, t1_ns=t1)
     out = {}
+    s = time.perf_counter()
+    waits = analyse(trace.con, ctx.thresholds["verdict"], t0, t1)
+    out["(waits)"] = time.perf_counter() - s
     for rule in rules:
         s = time.perf_counter()
         rule.run(ctx)
         out[rule.id] = time.perf_counter() - s
     s = time.perf_counter()
-    make_verdict(ctx)
+    make_verdict(ctx, waits)
     out["(verdict)"] = time.perf_counter() - s
     return out
 

@@ -30,6 +30,9 @@
 #define F_DUPFD_CLOEXEC_ 1030
 #define FUTEX_CMD_MASK_ 0x7f
 #define S_IFMT_ 0170000
+#define S_IFSOCK_ 0140000
+#define S_IFCHR_ 0020000
+#define S_IFBLK_ 0060000
 #define SIGNAL_GROUP_EXIT_ 0x00000004
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -52,6 +55,8 @@ struct inflight {
 	__u16 op;
 	__u16 eflags;
 	__u16 pad16;
+	__u32 xmode;      /* the fd's kind detail: socket family or char/block dev_t */
+	__u32 pad2;
 	__u64 lock_ts;
 	__u64 lock_addr;
 	__u32 lock_flags;
@@ -175,6 +180,13 @@ static __always_inline void fd_identity(struct task_struct *task, int fd,
 		st->ino = BPF_CORE_READ(inode, i_ino);
 		sb = BPF_CORE_READ(inode, i_sb);
 	}
+	if (st->imode == S_IFSOCK_) {
+		struct socket *sock = BPF_CORE_READ(f, private_data);
+		if (sock)
+			st->xmode = BPF_CORE_READ(sock, sk, __sk_common.skc_family);
+	} else if (st->imode == S_IFCHR_ || st->imode == S_IFBLK_) {
+		st->xmode = BPF_CORE_READ(inode, i_rdev);
+	}
 	if (!sb)
 		return;
 	if (FITS(struct super_block, s_dev) && FITS(struct super_block, s_magic)) {
@@ -185,6 +197,34 @@ static __always_inline void fd_identity(struct task_struct *task, int fd,
 		st->dev = BPF_CORE_READ(sb, s_dev);
 		st->magic = BPF_CORE_READ(sb, s_magic);
 	}
+}
+
+/* The lowest fd in a select() read set (-1: none in the first 1024). */
+static __always_inline int first_fd_set(__u64 nfds, __u64 uset)
+{
+	__u64 word;
+
+	if (!uset)
+		return -1;
+	for (int w = 0; w < 16; w++) {
+		if (w * 64 >= nfds)
+			break;
+		if (bpf_probe_read_user(&word, sizeof(word), (void *)(uset + w * 8)))
+			break;
+		if (word)
+			return w * 64 + __builtin_ctzll(word);
+	}
+	return -1;
+}
+
+/* Requested time of a sleep (a user struct timespec), in ns. */
+static __always_inline __u64 timespec_ns(__u64 uts)
+{
+	struct __kernel_timespec ts = {};
+
+	if (!uts || bpf_probe_read_user(&ts, sizeof(ts), (void *)uts))
+		return 0;
+	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
 /* ---- syscall entry ---------------------------------------------------- */
@@ -240,6 +280,7 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 	st->dev = 0;
 	st->magic = 0;
 	st->imode = 0;
+	st->xmode = 0;
 	st->a[0] = a[0];
 	st->a[1] = a[1];
 	st->a[2] = a[2];
@@ -280,7 +321,23 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 			bpf_probe_read_user(&st->pos, sizeof(st->pos), (void *)a[2]);
 		break;
 	case IOT_FADVISE64: case IOT_FALLOCATE: case IOT_FTRUNCATE:
+	case IOT_EPOLL_WAIT: case IOT_EPOLL_PWAIT: case IOT_EPOLL_PWAIT2:
+	case IOT_RECVFROM: case IOT_RECVMSG: case IOT_SENDTO: case IOT_SENDMSG:
+	case IOT_CONNECT: case IOT_ACCEPT: case IOT_ACCEPT4: case IOT_IOCTL:
 		fd_identity(task, a[0], st, false);
+		break;
+	case IOT_POLL: case IOT_PPOLL: {
+		int fd = -1;
+		/* the first pollfd: a loader polls its one result pipe */
+		if (a[1] && !bpf_probe_read_user(&fd, sizeof(fd), (void *)a[0]) && fd >= 0)
+			fd_identity(task, fd, st, false);
+		st->pos = fd;   /* carried to the exit in the unused position slot */
+		break;
+	}
+	case IOT_SELECT: case IOT_PSELECT6:
+		st->pos = first_fd_set(a[0], a[1]);
+		if (st->pos >= 0)
+			fd_identity(task, st->pos, st, false);
 		break;
 	}
 	st->ts = bpf_ktime_get_ns();
@@ -361,6 +418,7 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		e->fd = a[0];
 		e->req_bytes = a[2];
 		e->offset = st->pos;
+		e->mode = st->xmode;
 		break;
 	case IOT_READV: case IOT_WRITEV:
 		e->fd = a[0];
@@ -462,6 +520,49 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	case IOT_FUTEX:
 		e->arg = a[0];
 		e->flags = a[1];
+		break;
+	/* blocking calls of the data path: mode = the fd's kind detail */
+	case IOT_POLL: case IOT_PPOLL: case IOT_SELECT: case IOT_PSELECT6:
+		e->fd = st->pos;
+		e->req_bytes = a[op == IOT_SELECT || op == IOT_PSELECT6 ? 0 : 1];
+		e->mode = st->xmode;
+		break;
+	case IOT_EPOLL_WAIT: case IOT_EPOLL_PWAIT: case IOT_EPOLL_PWAIT2:
+		e->fd = a[0];
+		e->req_bytes = a[2];
+		break;
+	case IOT_NANOSLEEP:
+		e->arg = timespec_ns(a[0]);
+		break;
+	case IOT_CLOCK_NANOSLEEP:
+		e->mode = a[0];
+		e->flags = a[1];
+		e->arg = timespec_ns(a[2]);
+		break;
+	case IOT_RECVFROM: case IOT_SENDTO:
+		e->fd = a[0];
+		e->req_bytes = a[2];
+		e->flags = a[3];
+		e->mode = st->xmode;
+		break;
+	case IOT_RECVMSG: case IOT_SENDMSG: {
+		struct user_msghdr m = {};
+		e->fd = a[0];
+		if (!bpf_probe_read_user(&m, sizeof(m), (void *)a[1]))
+			e->req_bytes = iov_bytes((__u64)m.msg_iov, m.msg_iovlen, &e->eflags);
+		e->flags = a[2];
+		e->mode = st->xmode;
+		break;
+	}
+	case IOT_CONNECT: case IOT_ACCEPT: case IOT_ACCEPT4:
+		e->fd = a[0];
+		e->mode = st->xmode;
+		break;
+	case IOT_IOCTL:
+		e->fd = a[0];
+		e->flags = a[1];
+		e->arg = a[2];
+		e->mode = st->xmode;
 		break;
 	/* path calls */
 	case IOT_OPEN:
@@ -817,5 +918,106 @@ int BPF_PROG(iot_rename, struct task_struct *task, const char *comm)
 		return 0;
 	bpf_probe_read_kernel_str(b->s, 16, comm);
 	life_emit(b, 16);
+	return 0;
+}
+
+/* ---- off-CPU intervals and who woke whom --------------------------------- */
+
+/* Per traced thread: when it left the CPU, and the wake-up that ended it. */
+struct offcpu_state {
+	__u64 off_ts;     /* switch-out, 0 while on CPU */
+	__u64 wake_ts;    /* first wake-up after the switch-out, 0 if none yet */
+	__u64 waker;      /* the waker's pid_tgid */
+	__u32 state;      /* task state at switch-out (0: preempted) */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_state);
+} offcpu SEC(".maps");
+
+/* Switch-outs shorter than this are not recorded (set by the loader). */
+const volatile __u64 offcpu_min_ns = 0;
+
+static __always_inline __u32 task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct offcpu_state *o;
+	struct iot_event *e;
+	__u32 ptgid = prev->tgid, ntgid = next->tgid;
+	__u64 now;
+
+	if (!maybe(ptgid) && !maybe(ntgid))
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (maybe(ptgid) && is_traced(ptgid)) {
+		o = bpf_task_storage_get(&offcpu, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (o) {
+			o->off_ts = now;
+			o->wake_ts = 0;
+			o->waker = 0;
+			o->state = preempt ? 0 : task_state(prev);
+		} else {
+			count(IOT_CNT_NO_STORAGE);
+		}
+	}
+	if (!maybe(ntgid))
+		return 0;
+	o = bpf_task_storage_get(&offcpu, next, 0, 0);
+	if (!o || !o->off_ts)
+		return 0;
+	if (now - o->off_ts < offcpu_min_ns) {
+		o->off_ts = 0;
+		return 0;
+	}
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(IOT_CNT_DROPS);
+		o->off_ts = 0;
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = o->off_ts;
+	e->dur_ns = now - o->off_ts;
+	e->pid = ntgid;
+	e->tid = next->pid;
+	e->op = IOT_OFFCPU;
+	e->fd = -1;
+	e->dirfd = -1;
+	e->flags = o->state;
+	e->ret = (__u32)o->waker;
+	e->arg = o->waker >> 32;
+	e->offset = o->wake_ts ? (__s64)(o->wake_ts - o->off_ts) : -1;
+	o->off_ts = 0;
+	bpf_ringbuf_submit(e, rb_flags());
+	return 0;
+}
+
+/* sched_waking runs in the waker's context: current is the waker (in an
+ * interrupt, whatever task was interrupted; the analysis treats wakers
+ * outside the traced tree as "the kernel"). */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(iot_sched_waking, struct task_struct *p)
+{
+	struct offcpu_state *o;
+	__u32 tgid = p->tgid;
+
+	if (!maybe(tgid))
+		return 0;
+	o = bpf_task_storage_get(&offcpu, p, 0, 0);
+	if (!o || !o->off_ts || o->wake_ts)
+		return 0;
+	o->wake_ts = bpf_ktime_get_ns();
+	o->waker = bpf_get_current_pid_tgid();
 	return 0;
 }

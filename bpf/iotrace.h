@@ -103,6 +103,22 @@ enum iot_op {
 	IOT_NFS_READAHEAD,       /* NFS readahead issued by a reading thread: offset = start,
 				    req_bytes = bytes asked, ret = 0 or -errno */
 	IOT_RPCRDMA_MARSHAL_FAILED, /* encoding failed, the RPC retries: ret = rc, arg = xid */
+	/* blocking calls of the data path (what a training loop and its loader
+	 * wait in); mode = the fd's kind detail (socket family, or the char
+	 * device's kernel dev_t), see IOT_EF_* and struct iot_event */
+	IOT_POLL, IOT_PPOLL,         /* fd = first pollfd's fd, req_bytes = nfds */
+	IOT_SELECT, IOT_PSELECT6,    /* fd = lowest fd in the read set, req_bytes = nfds */
+	IOT_EPOLL_WAIT, IOT_EPOLL_PWAIT, IOT_EPOLL_PWAIT2, /* fd = epoll fd, req_bytes = maxevents */
+	IOT_NANOSLEEP,               /* arg = requested ns */
+	IOT_CLOCK_NANOSLEEP,         /* arg = requested ns (absolute if flags & 1), mode = clock */
+	IOT_RECVFROM, IOT_RECVMSG, IOT_SENDTO, IOT_SENDMSG, /* req_bytes = buffer bytes */
+	IOT_CONNECT, IOT_ACCEPT, IOT_ACCEPT4,
+	IOT_IOCTL,                   /* flags = request, arg = argument */
+	/* scheduler (not a system call): one off-CPU interval of a traced thread,
+	 * from switch-out to switch-in. flags = task state at switch-out
+	 * (0: preempted, still runnable), ret = waker thread id (0: none seen),
+	 * arg = waker's tgid, offset = ns from switch-out to the wake-up (-1: none) */
+	IOT_OFFCPU,
 	IOT_OP_COUNT
 };
 

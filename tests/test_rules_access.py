@@ -83,7 +83,7 @@ def test_small_reads_npz_pattern(tmp_path):
            for i, (o, s) in enumerate(zip(offs, sizes))]
     f = one(trace(tmp_path, evs), "small-reads")
     e = f.evidence
-    assert f.severity == "high"
+    assert f.rule_severity == "high"
     assert (e["files"], e["reads"], e["read_bytes"]) == (1, 128, 16 * MiB)
     assert e["read_bytes_share"] == 1.0
     assert e["calls_per_mib"] == 8.0
@@ -108,7 +108,7 @@ def test_small_reads_request_size_edge(tmp_path, size, fires):
     fs = findings(t, "small-reads")
     assert bool(fs) == fires
     if fires:   # 2 calls per MiB: below high_calls_per_mib
-        assert fs[0].severity == "warn" and fs[0].evidence["calls_per_mib"] == 2.0
+        assert fs[0].rule_severity == "warn" and fs[0].evidence["calls_per_mib"] == 2.0
 
 
 @pytest.mark.parametrize("last_ret,fires", [(64 * KiB, True), (64 * KiB - 1, False)])
@@ -139,7 +139,7 @@ def test_small_reads_min_bytes_share_edge(tmp_path, extra, fires):
     assert bool(fs) == fires
     if fires:
         assert fs[0].evidence["read_bytes_share"] == pytest.approx(0.1)
-        assert fs[0].severity == "warn"
+        assert fs[0].rule_severity == "warn"
 
 
 @pytest.mark.parametrize("extra,sev", [(0, "high"), (1, "warn")])
@@ -149,14 +149,14 @@ def test_small_reads_high_share_edge(tmp_path, extra, sev):
     small = reads([i * 64 * KiB for i in range(64)], 4 * KiB)
     big = reads([0], 256 * KiB + extra, file_id=1, fd=4, t0=10**9)
     f = one(trace(tmp_path, small + big), "small-reads")
-    assert f.severity == sev
+    assert f.rule_severity == sev
     assert f.evidence["calls_per_mib"] == 256.0
 
 
 @pytest.mark.parametrize("size,sev", [(256 * KiB, "high"), (256 * KiB + 1, "warn")])
 def test_small_reads_high_calls_per_mib_edge(tmp_path, size, sev):
     f = one(trace(tmp_path, reads([i * size for i in range(16)], size)), "small-reads")
-    assert f.severity == sev
+    assert f.rule_severity == sev
     assert f.evidence["calls_per_mib"] == pytest.approx(MiB / size)
 
 
@@ -201,7 +201,7 @@ def test_random_access_shuffled_4k(tmp_path):
     jumps = expected_nonseq(offs, 4 * KiB)
     f = one(trace(tmp_path, reads(offs, 4 * KiB)), "random-access")
     e = f.evidence
-    assert f.severity == "high" and f.title == "Files read out of order"
+    assert f.rule_severity == "high" and f.title == "Files read out of order"
     assert (e["reads"], e["non_sequential_reads"]) == (200, len(jumps))
     assert len(jumps) >= 195
     assert e["non_sequential_share"] == len(jumps) / 200
@@ -253,7 +253,7 @@ def test_random_access_seeks_edge(tmp_path, nseeks, whence, fires):
     assert bool(fs) == fires
     if fires:
         e = fs[0].evidence
-        assert fs[0].severity == "warn" and fs[0].title == "A seek before each read"
+        assert fs[0].rule_severity == "warn" and fs[0].title == "A seek before each read"
         assert (e["reads"], e["seeks"], e["seeks_per_read"]) == (16, 8, 0.5)
         assert e["non_sequential_reads"] == 0
 
@@ -282,7 +282,7 @@ def test_random_access_high_share_edge(tmp_path, extra, sev):
     offs = [(63 - i) * 64 * KiB + 4 * KiB for i in range(64)]  # 64 backward 4 KiB reads
     other = reads([0], 256 * KiB + extra, file_id=1, fd=4, t0=10**9)
     f = one(trace(tmp_path, reads(offs, 4 * KiB) + other), "random-access")
-    assert f.severity == sev
+    assert f.rule_severity == sev
     assert f.evidence["random_read_bytes_share"] == pytest.approx(0.5, rel=1e-5)
 
 
@@ -290,7 +290,7 @@ def test_random_access_high_share_edge(tmp_path, extra, sev):
 def test_random_access_high_request_size_edge(tmp_path, size, sev):
     offs = [(15 - i) * MiB + 4096 for i in range(16)]
     f = one(trace(tmp_path, reads(offs, size)), "random-access")
-    assert f.severity == sev and f.evidence["median_request_bytes"] == size
+    assert f.rule_severity == sev and f.evidence["median_request_bytes"] == size
 
 
 @pytest.mark.parametrize("extra,fires", [(0, True), (1, False)])
@@ -311,7 +311,7 @@ def by_title(fs):
 def test_reread_exact(tmp_path):
     f = one(trace(tmp_path, reads([0] * 20, MiB)), "redundant-io")
     e = f.evidence
-    assert f.title == "The same bytes read many times" and f.severity == "warn"
+    assert f.title == "The same bytes read many times" and f.rule_severity == "warn"
     assert (e["reads"], e["read_bytes"], e["distinct_read_bytes"]) == (20, 20 * MiB, MiB)
     assert (e["reread_factor"], e["redundant_read_bytes"]) == (20.0, 19 * MiB)
     assert e["redundant_read_share"] == 0.95
@@ -342,7 +342,7 @@ def test_reread_warn_share_edge(tmp_path, extra, sev):
     evs += reads([i * MiB for i in range(15)], MiB, file_id=1, fd=4, t0=10**9)
     evs += reads([15 * MiB], extra, file_id=1, fd=4, t0=2 * 10**9) if extra else []
     f = one(trace(tmp_path, evs), "redundant-io")
-    assert f.severity == sev
+    assert f.rule_severity == sev
 
 
 def test_reread_distinct_bytes_are_a_union(tmp_path):
@@ -360,7 +360,7 @@ def test_reread_distinct_bytes_are_a_union(tmp_path):
 def test_fsync_after_every_small_write(tmp_path):
     f = one(trace(tmp_path, writes(100, 100, sync_every=1)), "redundant-io")
     e = f.evidence
-    assert f.title == "An fsync after every small write" and f.severity == "high"
+    assert f.title == "An fsync after every small write" and f.rule_severity == "high"
     assert (e["writes"], e["syncs"], e["syncs_per_write"]) == (100, 100, 1.0)
     assert (e["median_write_bytes"], e["write_bytes"]) == (100, 10_000)
     assert e["sync_time_s"] == pytest.approx(100 * 1000 / 1e9)
@@ -383,7 +383,7 @@ def test_fsync_edges(tmp_path, n, nsyncs, size, titles):
                                         (255, 4096, "info")])
 def test_tiny_writes_edges(tmp_path, n, size, sev):
     fs = findings(trace(tmp_path, writes(n, size)), "redundant-io")
-    assert [f.severity for f in fs] == ([sev] if sev else [])
+    assert [f.rule_severity for f in fs] == ([sev] if sev else [])
     if sev:
         assert fs[0].title == "Tiny writes"
         assert (fs[0].evidence["writes"], fs[0].evidence["write_bytes"]) == (n, n * size)
@@ -412,7 +412,7 @@ ALIGNED = [(0, 4096, 4096), (8192, 65536, 65536)]
 ])
 def test_misaligned_direct_io(tmp_path, calls, sev, bad, einval):
     fs = findings(direct_trace(tmp_path, calls), "redundant-io")
-    assert [f.severity for f in fs] == ([sev] if sev else [])
+    assert [f.rule_severity for f in fs] == ([sev] if sev else [])
     if sev:
         e = fs[0].evidence
         assert fs[0].title == "Misaligned O_DIRECT I/O"
@@ -501,7 +501,7 @@ def test_fio_random_4k_reads_are_small_and_random(fio_rand, data):
     assert set(by_id) == {"small-reads", "random-access"}
 
     s = by_id["small-reads"]
-    assert s.severity == "high" and s.files[0]["path"] == path
+    assert s.rule_severity == "high" and s.files[0]["path"] == path
     e = s.evidence
     assert (e["files"], e["reads"], e["read_bytes"]) == (1, 4096, 16 * MiB)
     assert e["read_bytes"] == job["read"]["io_bytes"]
@@ -513,7 +513,7 @@ def test_fio_random_4k_reads_are_small_and_random(fio_rand, data):
 
     r = by_id["random-access"]
     jumps = expected_nonseq(offs, 4096)
-    assert r.severity == "high" and r.files[0]["path"] == path
+    assert r.rule_severity == "high" and r.files[0]["path"] == path
     e = r.evidence
     assert (e["reads"], e["non_sequential_reads"], e["seeks"]) == (4096, len(jumps), 0)
     assert e["non_sequential_share"] == len(jumps) / 4096 >= 0.99
@@ -555,7 +555,7 @@ def test_np_load_npz_reads_in_numpy_chunks(tmp_path):
     fs = [f for f in ours(t) if f.id == "small-reads"]
     assert len(fs) == 1
     f, e = fs[0], fs[0].evidence
-    assert f.severity == "high"
+    assert f.rule_severity == "high"
     assert e["files"] == 1 and f.files[0]["path"] == str(sample)
     assert f.files[0]["file_bytes"] == os.path.getsize(sample)
     reads = f.files[0]["reads"]
@@ -575,7 +575,7 @@ def test_lseek_before_each_4m_read(tmp_path, data):
                         str(data / "data.bin"), str(4 * MiB))
     assert proc.returncode == 0 and proc.stdout.strip() == "reads 16", proc.stderr
     fs = ours(t)
-    assert [(f.id, f.severity) for f in fs] == [("random-access", "warn")]
+    assert [(f.id, f.rule_severity) for f in fs] == [("random-access", "warn")]
     e = fs[0].evidence
     assert (e["reads"], e["seeks"], e["seeks_per_read"]) == (16, 16, 1.0)
     assert (e["non_sequential_reads"], e["median_request_bytes"]) == (0, 4 * MiB)
@@ -592,7 +592,7 @@ def test_reread_factor_exact(tmp_path):
     fs = ours(t)
     assert [f.id for f in fs] == ["redundant-io"]
     f, e = fs[0], fs[0].evidence
-    assert f.title == "The same bytes read many times" and f.severity == "warn"
+    assert f.title == "The same bytes read many times" and f.rule_severity == "warn"
     assert (e["files"], e["reads"], e["read_bytes"], e["distinct_read_bytes"]) == \
         (1, 20, 20 * MiB, MiB)
     assert e["reread_factor"] == 20.0
@@ -614,11 +614,11 @@ def test_small_writes_exact(tmp_path, mode):
         (1, 1000, 100_000, 100)
     assert f.files[0]["path"] == str(log)
     if mode == "sync":
-        assert (f.title, f.severity) == ("An fsync after every small write", "high")
+        assert (f.title, f.rule_severity) == ("An fsync after every small write", "high")
         assert (e["syncs"], e["syncs_per_write"]) == (1000, 1.0)
         assert e["sync_time_s"] > 0
     else:
-        assert (f.title, f.severity) == ("Tiny writes", "info")   # 100 kB < 1 MiB
+        assert (f.title, f.rule_severity) == ("Tiny writes", "info")   # 100 kB < 1 MiB
 
 
 @real
@@ -630,7 +630,7 @@ def test_misaligned_o_direct(tmp_path):
         pytest.skip("this filesystem refuses O_DIRECT")
     assert proc.returncode == 0 and proc.stdout.strip() == "failed 6", proc.stderr
     fs = ours(t)
-    assert [(f.id, f.title, f.severity) for f in fs] == [
+    assert [(f.id, f.title, f.rule_severity) for f in fs] == [
         ("redundant-io", "Misaligned O_DIRECT I/O", "high")]
     e = fs[0].evidence
     assert (e["direct_calls"], e["misaligned_calls"], e["einval_calls"]) == (14, 6, 6)

@@ -73,7 +73,7 @@ def lock_trace(tmp, shares, *, serial=True, shared=True, pid=100, cmdline="job",
 def test_serialised_readers_are_high_below_the_high_share(tmp_path):
     t, window = lock_trace(tmp_path, [0.3] * 4)
     f = one(t, "lock-contention")
-    assert f.severity == "high"
+    assert f.rule_severity == "high"
     e = f.evidence
     assert (e["pid"], e["io_threads"], e["readers"], e["reads"]) == (100, 4, 4, 4 * N_READS)
     assert e["max_concurrent_reads"] == 1
@@ -93,7 +93,7 @@ def test_private_waits_warn_edge(tmp_path, share, severity):
     # concurrent reads, each thread on its own futex: never high, warn from 20%
     t, _ = lock_trace(tmp_path, [share] * 4, serial=False, shared=False)
     got = findings(t, "lock-contention")
-    assert [f.severity for f in got] == ([severity] if severity else [])
+    assert [f.rule_severity for f in got] == ([severity] if severity else [])
     if got:
         assert got[0].evidence["max_concurrent_reads"] == 4
         assert got[0].evidence["top_lock_threads"] == 1
@@ -103,7 +103,7 @@ def test_private_waits_warn_edge(tmp_path, share, severity):
 def test_shared_lock_high_edge(tmp_path, share, severity):
     t, _ = lock_trace(tmp_path, [share] * 4, serial=False)
     f = one(t, "lock-contention")
-    assert f.severity == severity
+    assert f.rule_severity == severity
     assert f.evidence["wait_share"] == pytest.approx(share, abs=1e-6)
 
 
@@ -112,14 +112,14 @@ def test_serialisation_needs_enough_reads_and_two_readers(tmp_path):
     # waits on is not contention between threads -> warn, even at the high share
     t, _ = lock_trace(tmp_path / "a", [0.5])
     f = one(t, "lock-contention")
-    assert (f.severity, f.evidence["readers"], f.evidence["max_concurrent_reads"]) == \
+    assert (f.rule_severity, f.evidence["readers"], f.evidence["max_concurrent_reads"]) == \
         ("warn", 1, 1)
     cfg = tmp_path / "th.toml"
     cfg.write_text("[lock-contention]\nmin_serial_reads = 121\n")
     t, _ = lock_trace(tmp_path / "b", [0.3] * 4)
-    assert one(t, "lock-contention", str(cfg)).severity == "warn"
+    assert one(t, "lock-contention", str(cfg)).rule_severity == "warn"
     cfg.write_text("[lock-contention]\nmin_serial_reads = 120\n")
-    assert one(t, "lock-contention", str(cfg)).severity == "high"
+    assert one(t, "lock-contention", str(cfg)).rule_severity == "high"
 
 
 def test_thresholds_override(tmp_path):
@@ -128,7 +128,7 @@ def test_thresholds_override(tmp_path):
     cfg.write_text("[lock-contention]\nwarn_wait_share = 0.35\n")
     assert findings(t, "lock-contention", str(cfg)) == []
     cfg.write_text("[lock-contention]\nhigh_wait_share = 0.25\n")
-    assert one(t, "lock-contention", str(cfg)).severity == "warn"   # not shared: still warn
+    assert one(t, "lock-contention", str(cfg)).rule_severity == "warn"   # not shared: still warn
 
 
 def test_min_wait_edge(tmp_path):
@@ -139,7 +139,7 @@ def test_min_wait_edge(tmp_path):
     cfg.write_text(f"[lock-contention]\nmin_wait_s = {total + 1e-6}\n")
     assert findings(t, "lock-contention", str(cfg)) == []
     cfg.write_text(f"[lock-contention]\nmin_wait_s = {total - 1e-6}\n")
-    assert one(t, "lock-contention", str(cfg)).severity == "high"
+    assert one(t, "lock-contention", str(cfg)).rule_severity == "high"
 
 
 def test_waits_outside_the_io_window_do_not_count(tmp_path):
@@ -215,7 +215,7 @@ def test_kernel_lock(tmp_path):
     t, window = lock_trace(tmp_path, [0.6] * 4, serial=False, op="lock_contention", flags=4,
                            addr=inode_lock)
     f = one(t, "lock-contention")
-    assert f.severity == "high"                       # over 0.5, on a kernel lock
+    assert f.rule_severity == "high"                       # over 0.5, on a kernel lock
     e = f.evidence
     assert (e["lock_kind"], e["likely_lock"]) == ("kernel", "kernel rw semaphore (writer)")
     assert e["top_address"] == hex(inode_lock & (2**64 - 1))
@@ -267,7 +267,7 @@ def test_balanced_workers_no_finding(tmp_path):
 def test_slow_worker_rate_skew_edges(tmp_path, factor, severity):
     t = pool_trace(tmp_path, [100 * MS, 100 * MS, round(factor * 100 * MS), 100 * MS])
     got = findings(t, "imbalance")
-    assert [f.severity for f in got] == ([severity] if severity else [])
+    assert [f.rule_severity for f in got] == ([severity] if severity else [])
     if got:
         e = got[0].evidence
         assert (e["workers"], e["worker_kind"], e["skew_kind"]) == (4, "process", "rate")
@@ -285,7 +285,7 @@ def test_slow_worker_rate_skew_edges(tmp_path, factor, severity):
 def test_bytes_skew_edges(tmp_path, factor, severity):
     t = pool_trace(tmp_path, [100 * MS] * 4, sizes=[MiB, MiB, MiB, int(factor * MiB)])
     got = findings(t, "imbalance")
-    assert [f.severity for f in got] == ([severity] if severity else [])
+    assert [f.rule_severity for f in got] == ([severity] if severity else [])
     if got:
         e = got[0].evidence
         assert e["skew_kind"] == "bytes"
@@ -344,7 +344,7 @@ def test_idle_gaps_edges(tmp_path):
     f = one(trace, "imbalance")
     e = f.evidence
     span = 5 * MS + 1000 * MS + 1
-    assert f.severity == "info" and e["workers"] == 1
+    assert f.rule_severity == "info" and e["workers"] == 1
     assert (e["idle_gap_count"], e["longest_idle_gap_s"]) == (3, 0.5)
     assert e["idle_s"] == pytest.approx((900 * MS + 1) / 1e9)
     assert e["idle_share"] == pytest.approx((900 * MS + 1) / span)
@@ -362,7 +362,7 @@ def test_threads_are_workers_in_one_process(tmp_path):
     t = synth_trace(tmp_path, events, files=[(k, f"/data/{k}") for k in range(3)])
     f = one(t, "imbalance")
     e = f.evidence
-    assert (f.severity, e["worker_kind"], e["workers"]) == ("high", "thread", 3)
+    assert (f.rule_severity, e["worker_kind"], e["workers"]) == ("high", "thread", 3)
     assert (e["slowest_worker"], e["slowest_pid"]) == (72, 7)
     assert e["rate_skew_ratio"] == pytest.approx(5)
     assert f.processes[0]["tid"] == 72
@@ -405,7 +405,7 @@ def test_h5py_threads_serialise_on_its_lock(tmp_path):
 
     f = one(trace, "lock-contention")
     e = f.evidence
-    assert f.severity == "high", f.summary
+    assert f.rule_severity == "high", f.summary
     assert e["lock_kind"] == "hdf5" and "h5py" in e["likely_lock"]
     assert "h5py" in f.summary and "processes, not threads" in f.recommendation
     assert e["readers"] == 4 and e["max_concurrent_reads"] == 1
@@ -435,7 +435,7 @@ def test_lockwait_per_thread_wait_matches_program(lockwait_run):
 
     f = one(trace, "lock-contention")
     e = f.evidence
-    assert f.severity == "high"
+    assert f.rule_severity == "high"
     assert e["top_address"] == hex(mutex) and e["top_lock_threads"] == 4
     assert (e["readers"], e["max_concurrent_reads"], e["reads"]) == (4, 1, 240)
     assert e["lock_kind"] == "futex"
@@ -469,7 +469,7 @@ def test_pool_with_a_slow_worker(tmp_path):
     trace, pids, data = run_pool(tmp_path, slow=2)
     f = one(trace, "imbalance")
     e = f.evidence
-    assert f.severity == "high", f.summary
+    assert f.rule_severity == "high", f.summary
     assert (e["worker_kind"], e["workers"], e["skew_kind"]) == ("process", 4, "rate")
     assert e["slowest_pid"] == pids[2] and str(pids[2]) in f.summary
     assert {p["pid"] for p in f.processes} == set(pids.values())
@@ -498,7 +498,7 @@ def test_pool_with_a_slow_worker(tmp_path):
 def test_balanced_pool_is_not_high(tmp_path):
     trace, pids, _ = run_pool(tmp_path, slow=-1)
     got = findings(trace, "imbalance")
-    assert not [f for f in got if f.severity == "high"], [f.summary for f in got]
+    assert not [f for f in got if f.rule_severity == "high"], [f.summary for f in got]
     for f in got:
         assert f.evidence["skew_ratio"] < 4
     assert findings(trace, "lock-contention") == []
@@ -518,6 +518,6 @@ def test_fio_sequential_is_clean(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(report.read_text())["jobs"][0]["read"]["total_ios"] == 64
     for rule in ("lock-contention", "imbalance"):
-        high = [f.summary for f in findings(trace, rule) if f.severity == "high"]
+        high = [f.summary for f in findings(trace, rule) if f.rule_severity == "high"]
         assert high == [], (rule, high)
     assert findings(trace, "lock-contention") == []

@@ -77,7 +77,7 @@ def small_files(tmp_path, dirs: dict[str, int], size: int, read_dur=1000, step=1
 def test_small_file_dataset_at_defaults(tmp_path, n, severity):
     # 1 KiB files, 2 us of metadata per 100 us: only the data-set size decides
     f = one(small_files(tmp_path, {"/data/train": n}, 1 * KiB), MS)
-    assert f.severity == severity
+    assert f.rule_severity == severity
     e = f.evidence
     assert (e["opens"], e["closes"], e["stats"], e["metadata_calls"]) == (n, n, 0, 2 * n)
     assert (e["distinct_files"], e["dataset_files"], e["dataset_dirs"]) == (n, n, 1)
@@ -96,7 +96,7 @@ def test_small_file_bytes_edge(tmp_path, size, expect):
     # slow reads: metadata is not the time sink, only the file size decides
     t = small_files(tmp_path, {"/data/train": 20}, size, read_dur=10**7)
     got = findings(t, MS, config=EDGE, tmp_path=tmp_path)
-    assert [f.severity for f in got] == ([expect] if expect else [])
+    assert [f.rule_severity for f in got] == ([expect] if expect else [])
 
 
 @pytest.mark.parametrize("dirs,expect", [({"/d/a": 10}, "warn"),
@@ -105,7 +105,7 @@ def test_dataset_dir_files_edge(tmp_path, dirs, expect):
     t = small_files(tmp_path, dirs, 1 * KiB, read_dur=10**6)
     cfg = dict(EDGE, dataset_dir_files=10, high_files=1000)
     got = findings(t, MS, config=cfg, tmp_path=tmp_path)
-    assert [f.severity for f in got] == ([expect] if expect else [])
+    assert [f.rule_severity for f in got] == ([expect] if expect else [])
 
 
 def stat_storm(tmp_path, stat_dur):
@@ -122,7 +122,7 @@ def stat_storm(tmp_path, stat_dur):
                                              (249_999, "warn"), (250_000, "high")])
 def test_wall_share_edges(tmp_path, stat_dur, expect):
     got = findings(stat_storm(tmp_path, stat_dur), MS)
-    assert [f.severity for f in got] == ([expect] if expect else [])
+    assert [f.rule_severity for f in got] == ([expect] if expect else [])
     if got:
         e = got[0].evidence
         assert e["metadata_wall_share"] == pytest.approx(stat_dur * 1000 / SEC)
@@ -157,7 +157,7 @@ def opens_and_reads(tmp_path, n=500, read_size=KiB, read_dur=10_000, drop_last_c
 ])
 def test_metadata_bound_edges(tmp_path, kw, expect):
     got = findings(opens_and_reads(tmp_path, **kw), MS)
-    assert [f.severity for f in got] == ([expect] if expect else [])
+    assert [f.rule_severity for f in got] == ([expect] if expect else [])
     if got:
         e = got[0].evidence
         assert (e["opens"], e["closes"], e["metadata_calls"]) == (500, 500, 1000)
@@ -199,7 +199,7 @@ def test_call_kinds_and_directories(tmp_path):
         "other_metadata_calls": 2, "metadata_calls": 12}
     assert e["metadata_time_s"] == pytest.approx(12 * 1000 / SEC)
     assert e["data_time_s"] == pytest.approx(1000 / SEC)
-    assert f.severity == "info"      # metadata-bound, 12 calls: only by the override
+    assert f.rule_severity == "info"      # metadata-bound, 12 calls: only by the override
     assert len(f.files) == 1
     assert f.files[0] == {"path": d, "opens": 2, "stats": 2, "closes": 1, "getdents": 2,
                           "distinct_files": 1, "median_file_bytes": 3000, "share": 1.0}
@@ -257,7 +257,7 @@ def periodic(tmp_path, n=4, every=10 * SEC, first=5 * SEC, nwrites=8, wsize=MiB,
 def test_periodic_bursts_numbers(tmp_path):
     f = one(periodic(tmp_path), CB)
     e = f.evidence
-    assert f.severity == "info"
+    assert f.rule_severity == "info"
     assert (e["count"], e["fsyncs"], e["writes"], e["files"]) == (4, 4, 32, 4)
     assert (e["total_bytes"], e["median_bytes"]) == (32 * MiB, 8 * MiB)
     assert e["mean_bytes"] == 8 * MiB
@@ -348,14 +348,14 @@ def test_trickle_log_is_not_a_checkpoint(tmp_path):
 def test_blocked_share_edges(tmp_path, fsync_dur, expect):
     """Every 10 s: 8 writes of 50 ms, then an fsync: blocked 0.4 s + fsync."""
     f = one(periodic(tmp_path, wdur=50_000_000, fsync_dur=fsync_dur), CB)
-    assert f.severity == expect
+    assert f.rule_severity == expect
     assert f.evidence["blocked_share"] == pytest.approx((0.4 + fsync_dur / SEC) / 10)
 
 
 @pytest.mark.parametrize("wsize,expect", [(65536, "info"), (65535, "high")])
 def test_small_writes_edge(tmp_path, wsize, expect):
     f = one(periodic(tmp_path, nwrites=128, wsize=wsize, wdur=10_000), CB)
-    assert f.severity == expect
+    assert f.rule_severity == expect
     assert f.evidence["weighted_median_write_bytes"] == wsize
     assert ("many small writes" in f.summary) == (expect == "high")
 
@@ -372,7 +372,7 @@ def test_weighted_median_ignores_header_writes(tmp_path):
     f = one(synth_trace(tmp_path, events + [end_marker(30 * SEC)], files=files), CB)
     e = f.evidence
     assert (e["median_write_bytes"], e["weighted_median_write_bytes"]) == (KiB, 8 * MiB)
-    assert f.severity == "info" and e["count"] == 2 and e["fsyncs"] == 4
+    assert f.rule_severity == "info" and e["count"] == 2 and e["fsyncs"] == 4
 
 
 def test_one_burst_is_not_periodic(tmp_path):
@@ -407,7 +407,7 @@ def test_small_files_traced(tmp_path):
     assert int(proc.stdout) == sum(sizes)
     assert trace.meta["drops"] == 0
     f = one(trace, MS)
-    assert f.severity == "high"
+    assert f.rule_severity == "high"
     row = [r for r in f.files if r["path"] == str(data)]
     assert len(row) == 1, f.files
     row = row[0]
@@ -441,7 +441,7 @@ def test_fio_sequential_reads_are_clean(tmp_path):
     assert findings(trace, MS) == []
     assert findings(trace, CB) == []
     r = build_report(trace, Targets())
-    assert not [f for f in r.findings if f.severity == "high"
+    assert not [f for f in r.findings if f.rule_severity == "high"
                 and f.id in (MS, CB)]
 
 
@@ -514,4 +514,4 @@ def test_numpy_checkpoints(tmp_path, kind):
     else:
         assert e["weighted_median_write_bytes"] == e["median_write_bytes"] == 4096
         assert e["writes"] == 3 * 2048
-        assert f.severity == "high" and "many small writes" in f.summary
+        assert f.rule_severity == "high" and "many small writes" in f.summary

@@ -34,7 +34,7 @@ def test_failed_registration_is_high_with_the_peak_registered(tmp_path):
               reg(4 * MS, 64 * MiB, 0),                      # refused
               dereg(5 * MS, 0xB000), dereg(6 * MS, 0xC000)]
     f = finding(synth_trace(tmp_path, events), "rdma-registration")
-    assert f.severity == "high"
+    assert f.rule_severity == "high"
     e = f.evidence
     assert (e["verbs_registered"], e["verbs_failed"]) == (3, 1)
     assert e["verbs_failed_bytes"] == e["largest_failed_bytes"] == 64 * MiB
@@ -50,10 +50,10 @@ def test_nfs_rdma_out_of_mrs(tmp_path, nomrs, severity):
     events += [ev("rpcrdma_nomrs", ts=i * MS - 1000, pid=100, tid=-1, fd=-1, arg=i,
                   path="10.0.0.1", path2="20049") for i in range(1, nomrs + 1)]
     f = finding(synth_trace(tmp_path, events), "rdma-registration")
-    assert f.severity == severity and f.evidence["nfs_rdma_out_of_mrs"] == nomrs
+    assert f.rule_severity == severity and f.evidence["nfs_rdma_out_of_mrs"] == nomrs
     assert f.evidence["nfs_rdma_rpcs_marshalled"] == 100
     n = finding(synth_trace(tmp_path / "n", events), "nfs")
-    assert n.severity == "warn" and n.evidence["rdma"]["out_of_mrs"] == nomrs
+    assert n.rule_severity == "warn" and n.evidence["rdma"]["out_of_mrs"] == nomrs
 
 
 @pytest.mark.parametrize("count,span_ms,severity", [
@@ -67,7 +67,7 @@ def test_registration_per_transfer(tmp_path, count, span_ms, severity):
     for i in range(count):
         events += [reg(i * step, MiB, 0x1000 + i), dereg(i * step + step // 2, 0x1000 + i)]
     f = finding(synth_trace(tmp_path, events), "rdma-registration")
-    assert f.severity == severity
+    assert f.rule_severity == severity
     assert f.evidence["peak_registered_bytes"] == MiB
 
 
@@ -88,13 +88,13 @@ def test_mount_under_the_read_target_is_a_warn(tmp_path):
     files = [(0, "/mnt/nfs/a.bin", "nfs", "rw,vers=3,proto=rdma,rsize=1048576")]
     t = synth_trace(tmp_path, events, files=files)
     slow = finding(t, "nfs", Targets(read_bps=1 << 30))
-    assert slow.severity == "warn" and "under the 1.0 GiB/s target" in slow.summary
+    assert slow.rule_severity == "warn" and "under the 1.0 GiB/s target" in slow.summary
     m = slow.evidence["mounts"]["/"]
     assert m["proto"] == "rdma" and m["read_bytes"] == 100 * MiB
     assert m["read_bytes_per_s"] == pytest.approx(100 * MiB / 0.995)
     ok = finding(synth_trace(tmp_path / "ok", events, files=files), "nfs",
                  Targets(read_bps=50 * MiB))
-    assert ok.severity == "info"
+    assert ok.rule_severity == "info"
 
 
 @pytest.mark.parametrize("fsyncs,severity", [(2, "info"), (3, "warn")])
@@ -105,7 +105,7 @@ def test_fsyncs_per_mib_written_on_nfs(tmp_path, fsyncs, severity):
     events += [ev("fsync", ts=10 * MS + i * MS, file_id=0) for i in range(fsyncs)]
     f = finding(synth_trace(tmp_path, events, files=[(0, "/mnt/nfs/c.pt", "nfs4", "rw")]),
                 "nfs")
-    assert f.severity == severity and f.evidence["nfs_fsyncs"] == fsyncs
+    assert f.rule_severity == severity and f.evidence["nfs_fsyncs"] == fsyncs
 
 
 def test_fsyncs_judged_from_write_calls_without_nfs_probes(tmp_path):
@@ -116,4 +116,4 @@ def test_fsyncs_judged_from_write_calls_without_nfs_probes(tmp_path):
     events += [ev("fsync", ts=300 * MS + i * MS, file_id=0) for i in range(4)]
     f = finding(synth_trace(tmp_path, events, files=[(0, "/mnt/nfs/c.pt", "nfs", "rw")]),
                 "nfs")
-    assert f.severity == "warn" and "4 fsyncs for 1.0 MiB written" in f.summary
+    assert f.rule_severity == "warn" and "4 fsyncs for 1.0 MiB written" in f.summary

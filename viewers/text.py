@@ -1,5 +1,7 @@
-"""The terminal report: verdict first, then findings by severity, each with
-its evidence, top files and processes, and what to change. Fits 100 columns."""
+"""The terminal report: the verdict and the loop's time budget first, then
+the findings ranked by what they cost the loop, each in a few lines (what,
+the evidence in words, what to change, what it would save). `verbose` adds
+every finding's evidence, files and processes. Fits 100 columns."""
 from __future__ import annotations
 
 from rich.console import Console, Group
@@ -10,21 +12,38 @@ from rich.text import Text
 from .common import fmt_key, fmt_value, rel_time
 
 COLOURS = {"high": "bold red", "warn": "yellow", "info": "cyan"}
-STATUS = {"io-bound": "bold red", "meets-target": "bold green", "no-target": "bold",
+STATUS = {"io-bound": "bold red", "not-io-bound": "bold green", "unknown": "bold",
           "no-io": "dim"}
 
 
-def render_text(report, console: Console) -> None:
+def render_text(report, console: Console, verbose: bool = False) -> None:
     v = report.verdict
     t0 = report.verdict.get("t0_ns", 0)
-    console.print(Panel(Text(v["summary"], style=STATUS.get(v["status"], "")),
-                        title=f"iotrace report: {report.trace}", title_align="left"))
+    head = [Text(v["summary"], style=STATUS.get(v["status"], ""))]
+    if v.get("budget_line"):
+        head.append(Text(v["budget_line"]))
+    w = v.get("training_window") or {}
+    if w.get("source") in ("detected", "option"):
+        head.append(Text(f"window {w['start_s']:.1f}-{w['end_s']:.1f} s of the trace"
+                         + (" (detected; --window START:END overrides)"
+                            if w["source"] == "detected" else " (--window)"), style="dim"))
+    console.print(Panel(Group(*head), title=f"iotrace report: {report.trace}",
+                        title_align="left"))
     if not report.findings:
         console.print("[green]No findings: nothing in this trace crosses a threshold.[/green]")
-    for f in report.findings:
+    shown = report.findings if verbose else [f for f in report.findings if f.severity != "info"]
+    for f in shown:
         head = Text.assemble((f"[{f.severity.upper()}] ", COLOURS[f.severity]),
                              (f"{f.title}", "bold"), (f"  ({f.id})", "dim"))
         parts = [Text(f.summary)]
+        if not verbose:
+            parts.append(Text.assemble(("what to change: ", "bold"), f.recommendation))
+            if f.saving_s:
+                parts.append(Text(f"would save up to {f.saving_s:.2f} s of the loop's time",
+                                  style="dim"))
+            console.print(Panel(Group(*parts), title=head, title_align="left",
+                                border_style=COLOURS[f.severity]))
+            continue
         ev = Table.grid(padding=(0, 2))
         ev.add_column(style="dim")
         ev.add_column()
@@ -58,5 +77,9 @@ def render_text(report, console: Console) -> None:
         parts.append(Text.assemble(("what to change: ", "bold"), f.recommendation))
         console.print(Panel(Group(*parts), title=head, title_align="left",
                             border_style=COLOURS[f.severity]))
+    hidden = len(report.findings) - len(shown)
+    if hidden:
+        console.print(f"[dim]{hidden} finding(s) that cost the loop under 2% not shown; "
+                      "--verbose shows them and every finding's evidence.[/dim]")
     for e in report.errors:
         console.print(f"[red]rule {e['rule']} failed:[/red] {e['error']}")

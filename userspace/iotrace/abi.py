@@ -64,12 +64,22 @@ OP_NAMES = [
     "ibv_destroy_qp", "ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2",
     "ibv_reg_dmabuf_mr", "ibv_dereg_mr",
     "nfs_readahead", "rpcrdma_marshal_failed",
+    "poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2",
+    "nanosleep", "clock_nanosleep", "recvfrom", "recvmsg", "sendto", "sendmsg",
+    "connect", "accept", "accept4", "ioctl",
+    "offcpu",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
 READ_OPS = ("read", "pread64", "readv", "preadv", "preadv2")
 WRITE_OPS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
 COPY_OPS = ("sendfile", "copy_file_range")   # in-kernel copies: read one fd, write another
+POLL_OPS = ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2")
+SLEEP_OPS = ("nanosleep", "clock_nanosleep")
+RECV_OPS = ("recvfrom", "recvmsg")
+SEND_OPS = ("sendto", "sendmsg")
+
+
 def sql_list(names) -> str:
     """('a', 'b') for an SQL IN list."""
     return "(" + ", ".join(f"'{n}'" for n in names) + ")"

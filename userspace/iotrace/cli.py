@@ -227,17 +227,33 @@ def target_options(f):
     return f
 
 
-def emit_report(trace_dir, targets, config, fmt, output, fail_on) -> int:
+def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
+    """START:END in seconds from the trace's first event (either may be empty)."""
+    if not text:
+        return None
+    try:
+        a, b = text.split(":")
+        lo = float(a) if a.strip() else 0.0
+        hi = float(b) if b.strip() else float("inf")
+    except ValueError:
+        fail(f"--window {text!r}: give START:END in seconds from the trace start, e.g. 12.5:60")
+    if hi <= lo or lo < 0:
+        fail(f"--window {text!r}: END must be after START, both >= 0")
+    return lo, min(hi, 1e7)
+
+
+def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
+                verbose=False) -> int:
     """Builds and writes the report; returns the --fail-on exit status."""
     from .analyzers.base import severity_rank
     from .analyzers.report import build_report
-    report = build_report(open_trace(trace_dir), targets, config)
+    report = build_report(open_trace(trace_dir), targets, config, window_s=parse_window(window))
     if fmt == "text":
         console = Console(highlight=False, width=min(out_console.width, 100))
         if output:
             console = Console(file=open(output, "w"), width=100, force_terminal=False)
         from .viewers.text import render_text
-        render_text(report, console)
+        render_text(report, console, verbose=verbose)
     else:
         if fmt == "json":
             from .viewers.jsonout import render_json
@@ -445,16 +461,26 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs) ->
 @click.option("--fail-on", type=click.Choice(FAIL_ON), metavar="LEVEL",
               help="Exit 1 when a finding of this severity or worse exists "
                    "(info|warn|high): gate CI on storage regressions.")
-def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on):
-    """Say which bottleneck holds the job back.
+@click.option("--window", metavar="START:END",
+              help="Judge only this part of the trace (seconds from its first event, "
+                   "e.g. 30:330 or 30:), instead of the detected training window.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Text format: show every finding's evidence, files and processes.")
+def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on,
+           window, verbose):
+    """Say whether the training loop waits for data, why, and what to change.
 
     \b
-    A verdict first (is the job I/O-bound, against which target, by how much),
-    then findings by severity: small-chunk reads, random access, metadata
-    storms, checkpoint bursts, throughput below target, lock contention,
-    worker imbalance, redundant I/O. Each finding has its evidence, the files
-    and processes involved, examples in time and what to change
-    (docs/findings.md documents every rule and its thresholds).
+    The verdict comes first: the training loop thread(s) found in the trace,
+    the share of the training window they waited for data (AU = 1 - that
+    share, MLPerf Storage's accelerator utilisation), the time budget
+    (compute / data wait / checkpoint) and why the loop waited: its loader
+    was blocked in storage reads (fetch), busy on CPU (prep), without a CPU
+    (cpu-starved) or handing batches over (transfer). Then the findings,
+    ranked by the time they cost the loop: small-chunk reads, random access,
+    metadata storms, checkpoint bursts, throughput below target, lock
+    contention, worker imbalance, redundant I/O (docs/findings.md documents
+    every rule and its thresholds; docs/report-json.md the JSON).
 
     \b
     Examples:
@@ -463,7 +489,7 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
       iotrace report mytrace --format json --fail-on high   # for CI
     """
     targets = targets_from(target_read, target_write, gpus, per_gpu)
-    sys.exit(emit_report(trace, targets, config, fmt, output, fail_on))
+    sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -47,6 +47,7 @@ EVENTS_SCHEMA = pa.schema([
     ("path", pa.dictionary(pa.int32(), pa.string())),
     ("path2", pa.dictionary(pa.int32(), pa.string())),
     ("eflags", pa.int16()),
+    ("chan_ino", pa.int64()),
 ])
 
 
@@ -84,6 +85,14 @@ def fd_kind_codes(recs: np.ndarray) -> np.ndarray:
     ]
     choices = [0, 1, 2, 3, 4, 5, 6, 7, 8, 0]
     return np.select(conds, choices, default=9).astype(np.int8)
+
+
+def channel_inodes(recs: np.ndarray) -> pa.Array:
+    """Inode of a pipe or socket the call used (null otherwise): both ends of a
+    pipe share it, so it links a loader worker's writes to the loop's reads."""
+    imode = recs["imode"].astype(np.int32) & S_IFMT
+    chan = ((imode == S_IFIFO) | (imode == S_IFSOCK)) & (recs["ino"] != 0)
+    return pa.array(recs["ino"].view(np.int64), mask=~chan)
 
 
 def _dict_column(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
@@ -165,6 +174,7 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
         "path": _dict_column(path_idx, path_values),
         "path2": _dict_column(path2_idx, path_values),
         "eflags": recs["eflags"].astype(np.int16),
+        "chan_ino": channel_inodes(recs),
     }, schema=EVENTS_SCHEMA)
     ts = recs["ts_ns"]
     if n > 1 and not (ts[1:] >= ts[:-1]).all():

@@ -79,6 +79,11 @@ def open_trace(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Trace:
         if parts:
             files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
             con.execute(f"create or replace view events as select * from read_parquet([{files}])")
+            have = {r[0] for r in con.execute("describe events").fetchall()}
+            missing = [f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES if n not in have]
+            if missing:   # a trace of an older minor version: its new columns are null
+                con.execute(f"create or replace view events as select *, {', '.join(missing)} "
+                            f"from read_parquet([{files}])")
         else:
             cols = ", ".join(f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES)
             con.execute(f"create or replace view events as select {cols} where false")

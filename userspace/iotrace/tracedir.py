@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from .model import Model, kernel_dev_to_major_minor
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 # Column names and DuckDB types of events (for an empty trace's view).
 EVENTS_SCHEMA_NAMES = [
@@ -31,7 +31,7 @@ EVENTS_SCHEMA_NAMES = [
     ("op", "varchar"), ("fd", "integer"), ("offset", "bigint"), ("req_bytes", "bigint"),
     ("ret", "bigint"), ("file_id", "bigint"), ("fd_kind", "varchar"), ("flags", "bigint"),
     ("mode", "integer"), ("arg", "bigint"), ("path", "varchar"), ("path2", "varchar"),
-    ("eflags", "smallint"),
+    ("eflags", "smallint"), ("chan_ino", "bigint"),
 ]
 
 FILES_SCHEMA = pa.schema([

@@ -32,6 +32,8 @@ struct probe core_probes[] = {
 	CORE("thread names (task_rename)", "task_rename", "iot_rename", false),
 	CORE("kernel lock contention (begin)", "contention_begin", "iot_lock_begin", false),
 	CORE("kernel lock contention (end)", "contention_end", "iot_lock_end", false),
+	CORE("off-CPU intervals (sched_switch)", "sched_switch", "iot_sched_switch", false),
+	CORE("wake-ups (sched_waking)", "sched_waking", "iot_sched_waking", false),
 };
 
 /* bpf/netfs.bpf.c */

@@ -148,6 +148,57 @@ static const struct { int nr; int op; } syscall_table[] = {
 #ifdef SYS_ftruncate
 	{ SYS_ftruncate, IOT_FTRUNCATE },
 #endif
+#ifdef SYS_poll
+	{ SYS_poll, IOT_POLL },
+#endif
+#ifdef SYS_ppoll
+	{ SYS_ppoll, IOT_PPOLL },
+#endif
+#ifdef SYS_select
+	{ SYS_select, IOT_SELECT },
+#endif
+#ifdef SYS_pselect6
+	{ SYS_pselect6, IOT_PSELECT6 },
+#endif
+#ifdef SYS_epoll_wait
+	{ SYS_epoll_wait, IOT_EPOLL_WAIT },
+#endif
+#ifdef SYS_epoll_pwait
+	{ SYS_epoll_pwait, IOT_EPOLL_PWAIT },
+#endif
+#ifdef SYS_epoll_pwait2
+	{ SYS_epoll_pwait2, IOT_EPOLL_PWAIT2 },
+#endif
+#ifdef SYS_nanosleep
+	{ SYS_nanosleep, IOT_NANOSLEEP },
+#endif
+#ifdef SYS_clock_nanosleep
+	{ SYS_clock_nanosleep, IOT_CLOCK_NANOSLEEP },
+#endif
+#ifdef SYS_recvfrom
+	{ SYS_recvfrom, IOT_RECVFROM },
+#endif
+#ifdef SYS_recvmsg
+	{ SYS_recvmsg, IOT_RECVMSG },
+#endif
+#ifdef SYS_sendto
+	{ SYS_sendto, IOT_SENDTO },
+#endif
+#ifdef SYS_sendmsg
+	{ SYS_sendmsg, IOT_SENDMSG },
+#endif
+#ifdef SYS_connect
+	{ SYS_connect, IOT_CONNECT },
+#endif
+#ifdef SYS_accept
+	{ SYS_accept, IOT_ACCEPT },
+#endif
+#ifdef SYS_accept4
+	{ SYS_accept4, IOT_ACCEPT4 },
+#endif
+#ifdef SYS_ioctl
+	{ SYS_ioctl, IOT_IOCTL },
+#endif
 };
 
 #endif

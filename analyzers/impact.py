@@ -1,0 +1,74 @@
+"""What each finding costs the training loop, and its severity from that cost.
+
+A finding about how data is read (small reads, random access, metadata
+calls, lock waits, NFS...) costs the loop the part of its data waits during
+which the producers were in the calls the finding is about: the stall
+analysis (waits.py) attributes every instant of a data wait to the producer
+calls in progress then. A checkpoint finding costs the loop the time it was
+blocked writing checkpoints. Severity follows the cost as a share of the
+training window: high at or above 10%, warn at or above 2%, info below; a
+finding that costs nothing says so.
+"""
+from __future__ import annotations
+
+from iotrace.abi import OPEN_OPS, READ_OPS, SYNC_OPS, WRITE_OPS, sql_list
+
+from .base import Context, Finding
+from .views import META_OPS
+from .waits import Waits
+
+HIGH_SHARE, WARN_SHARE = 0.10, 0.02
+
+# The calls each rule's finding is about (a condition on events e, files f).
+RULE_CALLS = {
+    "small-reads": f"e.op in {sql_list(READ_OPS)}",
+    "random-access": f"e.op in {sql_list(READ_OPS + ('lseek',))}",
+    "metadata-storm": f"e.op in {sql_list(META_OPS)}",
+    "redundant-io": f"e.op in {sql_list(READ_OPS + WRITE_OPS + SYNC_OPS)}",
+    "below-target": f"e.op in {sql_list(READ_OPS + OPEN_OPS)}",
+    "imbalance": f"e.op in {sql_list(READ_OPS)}",
+    "nfs": f"e.op in {sql_list(READ_OPS + WRITE_OPS + SYNC_OPS)}",
+    "lock-contention": "e.op in ('futex', 'lock_contention')",
+}
+# Rules whose calls are limited to the files the finding names.
+BY_FILE = {"small-reads", "random-access", "redundant-io", "imbalance"}
+# What fixing it would save, as a share of its cost (the rest is the data's own transfer).
+SAVING = {"small-reads": 0.5, "random-access": 0.5, "metadata-storm": 0.8,
+          "redundant-io": 0.5, "lock-contention": 0.8, "below-target": 1.0,
+          "imbalance": 0.5, "nfs": 0.5}
+
+
+def _quote(p: str) -> str:
+    return "'" + p.replace("'", "''") + "'"
+
+
+def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
+    if f.id == "checkpoint-burst":
+        return float(f.evidence.get("loop_blocked_s", w.budget.get("checkpoint", 0.0)))
+    calls = RULE_CALLS.get(f.id)
+    if calls is None:
+        return 0.0
+    where = calls
+    paths = [x["path"] for x in f.files if x.get("path")]
+    if f.id in BY_FILE and paths:
+        where += f" and f.path in ({', '.join(map(_quote, paths))})"
+    return ctx.wait_cost_s(where)
+
+
+def apply_impact(ctx: Context, w: Waits, findings: list[Finding]) -> None:
+    win = w.budget.get("window", 0.0) or ctx.duration_s
+    for f in findings:
+        f.rule_severity = f.severity
+        cost = finding_cost(ctx, w, f)
+        f.impact_s = round(cost, 6)
+        f.impact_share = round(cost / win, 4) if win > 0 else 0.0
+        f.saving_s = round(cost * SAVING.get(f.id, 1.0), 6)
+        if not w.loops:
+            continue          # no loop to measure cost against: the rule's own severity stands
+        f.severity = ("high" if f.impact_share >= HIGH_SHARE else
+                      "warn" if f.impact_share >= WARN_SHARE else "info")
+        if cost <= 0:
+            f.summary += " It cost the training loop no measurable time."
+        else:
+            f.summary += (f" It explains {cost:.2f} s of the loop's time "
+                          f"({f.impact_share:.0%} of the training window).")

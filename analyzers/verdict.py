@@ -1,0 +1,122 @@
+"""The verdict: does the training loop wait for data, how much, and why.
+
+status: io-bound when the loop's data-wait share of the training window is
+at least `io_bound_share` (10%), not-io-bound below, no-io when the trace
+has no file reads or writes, unknown when no training loop was found.
+AU (accelerator utilisation, MLPerf Storage's measure) = 1 - data-wait share.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .base import Context
+from .rates import human_bytes, human_rate
+from .waits import STALL_KEYS, Waits
+
+STALL_WORDS = {"fetch": "blocked in storage reads (fetch)",
+               "prep": "on CPU preparing samples (prep)",
+               "cpu_starved": "runnable but without a CPU (cpu-starved)",
+               "transfer": "handing batches to the loop (transfer)",
+               "other": "waiting on something else (other)"}
+HOW_WORDS = {"worker-processes": "fed by {n} loader worker thread(s) in other processes",
+             "loader-threads": "fed by {n} loader thread(s) of its process",
+             "self-loading": "reads its data itself",
+             "checkpoint-only": "reads no dataset; it writes checkpoints"}
+
+
+def window_rates(ctx: Context, lo: int, hi: int) -> dict:
+    """Dataset read rate while it was being read in the window, and totals."""
+    rd, first, last, wr = ctx.one(f"""
+        select coalesce(sum(nbytes) filter (where dir = 'read'), 0),
+               min(ts_ns) filter (where dir = 'read'),
+               max(ts_ns + dur_ns) filter (where dir = 'read'),
+               coalesce(sum(nbytes) filter (where dir = 'write'), 0)
+        from data_io where ts_ns >= {lo} and ts_ns < {hi}""")
+    span = max(((min(last, hi) - max(first, lo)) if first is not None else 0) / 1e9, 1e-9)
+    return {"bytes_read": int(rd), "bytes_written": int(wr),
+            "read_bytes_per_s": rd / span if rd else 0.0, "reading_span_s": span if rd else 0.0}
+
+
+def make_verdict(ctx: Context, w: Waits) -> dict:
+    th = ctx.th("verdict")
+    lo, hi = w.window
+    v: dict = {
+        "status": "unknown", "reason": None,
+        "accelerator_utilization": None, "data_wait_share": None,
+        "training_window": {"start_ns": lo, "end_ns": hi, "source": w.window_source,
+                            "start_s": round((lo - ctx.t0_ns) / 1e9, 3),
+                            "end_s": round((hi - ctx.t0_ns) / 1e9, 3)},
+        "stall": {k: round(w.stall.get(k, 0.0), 4) for k in STALL_KEYS},
+        "read_bytes_per_s": 0.0, "duration_s": round(ctx.duration_s, 3),
+        "time_budget_s": {k: round(x, 4) for k, x in w.budget.items()},
+        "loops": w.per_loop, "steps": w.steps,
+        "read_target_bytes_per_s": ctx.targets.read_bps,
+    }
+    rates = window_rates(ctx, lo, hi)
+    v.update(rates)
+    any_io = ctx.one("select count(*) from io")[0]
+    if not any_io:
+        v.update(status="no-io", summary=f"No file reads or writes in {ctx.duration_s:.1f} s: "
+                                         "nothing to judge.")
+        return v
+    if not w.loops:
+        v.update(status="unknown", reason=w.reason,
+                 summary=f"Cannot tell whether a training loop waits: {w.reason}.")
+        return v
+    win = w.budget.get("window", 0.0)
+    share = w.budget["data_wait"] / win if win > 0 else 0.0
+    au = 1.0 - share
+    v["data_wait_share"] = round(share, 4)
+    v["accelerator_utilization"] = round(au, 4)
+    v["status"] = "io-bound" if share >= th["io_bound_share"] else "not-io-bound"
+    loop = w.loops[0]
+    who = (f"The training loop (thread {loop.tid} '{loop.name}' of pid {loop.pid}, "
+           + HOW_WORDS[loop.how].format(n=len(loop.producers)) + ")"
+           if len(w.loops) == 1 else f"The {len(w.loops)} training loops")
+    bar = th["au_target"]
+    text = (f"{who} waited for data {share:.0%} of the {win:.1f} s training window "
+            f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
+    if w.budget["data_wait"] > 0 and loop.how != "checkpoint-only":
+        top = sorted(((k, x) for k, x in w.stall.items() if x > 0), key=lambda kv: -kv[1])[:2]
+        text += " During those waits the producers were " + " and ".join(
+            f"{STALL_WORDS[k]} {x:.0%}" for k, x in top) + " of the time."
+    steps = max(w.steps, 1)
+    compute = w.budget["compute"]
+    if rates["bytes_read"] and compute > 0:
+        per_step = rates["bytes_read"] / steps
+        need = per_step * bar / (compute / max(len(w.loops), 1) / steps) * len(w.loops)
+        v["needed_read_bytes_per_s"] = need
+        v["bytes_per_step"] = per_step
+        text += (f" Reads ran at {human_rate(rates['read_bytes_per_s'])} while the dataset was "
+                 f"read; AU {bar:.0%} needs about {human_rate(need)} "
+                 f"({human_bytes(per_step)} per step).")
+    t = ctx.targets
+    if t.read_bps:
+        ratio = rates["read_bytes_per_s"] / t.read_bps
+        v["read_target_ratio"] = ratio
+        text += (f" Against the {human_rate(t.read_bps)} read target: "
+                 f"{ratio:.0%}" + (" (meets it)." if ratio >= 1 else "."))
+    v["summary"] = text
+    v["budget_line"] = budget_line(w)
+    return v
+
+
+def budget_line(w: Waits) -> Optional[str]:
+    b = w.budget
+    win = b.get("window", 0.0)
+    if win <= 0:
+        return None
+    parts = [f"compute {b['compute'] / win:.0%}"]
+    sub = [f"{k} {b['compute_' + k] / win:.0%}" for k in ("sleep", "gpu") if b["compute_" + k] > 0]
+    if sub:
+        parts[0] += " (" + ", ".join(sub) + ")"
+    dw = f"data wait {b['data_wait'] / win:.0%}"
+    causes = [f"{k.replace('_', '-')} {x:.0%}" for k, x in
+              sorted(w.stall.items(), key=lambda kv: -kv[1]) if x >= 0.05]
+    if b["data_wait"] > 0 and causes:
+        dw += " (" + ", ".join(causes) + " of it)"
+    parts.append(dw)
+    parts.append(f"checkpoint {b['checkpoint'] / win:.0%}")
+    if b["other"] / win >= 0.005:
+        parts.append(f"other {b['other'] / win:.0%}")
+    return f"Time budget of the loop over {win:.1f} s: " + " | ".join(parts)

@@ -1,0 +1,482 @@
+"""Does the training loop wait for data, and why?
+
+Finds the training loop thread of each process that trains, its data waits
+(the time between asking a loader for a batch and getting it), the training
+window, the loop's time budget and the stall causes: what the producers
+(loader worker processes or threads, or the loop itself) were doing while
+the loop waited.
+
+How the loop is found (per process, from the recorded wake-ups and data
+flows, never from names):
+  1. worker processes: threads of other processes that read the dataset
+     write to a pipe the thread reads or polls, or wake it up; a relay (a pin
+     thread woken by the workers that wakes another thread) hands its score on;
+  2. the process's main thread reads most of the process's dataset bytes
+     itself (num_workers=0, a plain loop over files, fio): self-loading;
+  3. reader threads of the process wake it up (thread-based loaders);
+     with no such wake-up, the main thread when only other threads read;
+  4. otherwise the thread that read the most.
+With no dataset reads, the thread that wrote the most checkpoint bytes is
+the loop (a job that only computes and checkpoints).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from iotrace.abi import (OPEN_OPS, POLL_OPS, READ_OPS, RECV_OPS, SLEEP_OPS, SYNC_OPS,
+                         WRITE_OPS, sql_list)
+
+from . import intervals as ivl
+
+AF_UNIX = 1
+THRESHOLDS = {
+    "min_deliveries": 3,          # producer-side wake-ups or pipe reads to call a thread a consumer
+    "merge_gap_ms": 1.0,          # loader calls closer than this form one data wait
+    "min_producer_share": 0.005,  # of the dataset bytes, for a thread to count as a producer
+    "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
+    "au_target": 0.90,            # MLPerf Storage's accelerator-utilisation bar
+}
+STALL_KEYS = ("fetch", "prep", "cpu_starved", "transfer", "other")
+# painter layers, lowest priority first (label = index + 1); 0 = on CPU
+IDLE, OTHER, TRANSFER, FETCH, STARVED = 1, 2, 3, 4, 5
+LABEL_STALL = {OTHER: "other", TRANSFER: "transfer", FETCH: "fetch", STARVED: "cpu_starved"}
+
+
+@dataclass
+class Loop:
+    pid: int
+    tid: int
+    name: str
+    how: str                                   # worker-processes | loader-threads | self-loading | checkpoint-only
+    producers: list[int] = field(default_factory=list)    # producer-side thread ids
+    episodes: np.ndarray = field(default_factory=lambda: ivl.EMPTY.copy())
+
+
+@dataclass
+class Waits:
+    loops: list[Loop]
+    window: tuple[int, int]
+    window_source: str                         # detected | option | trace
+    budget: dict                               # seconds
+    stall: dict                                # shares of the data wait
+    steps: int
+    reason: Optional[str] = None
+    per_loop: list[dict] = field(default_factory=list)
+
+
+def _threads(con) -> dict[int, tuple[int, str, Optional[int]]]:
+    return {t: (p, n or "", x) for t, p, n, x in con.execute(
+        "select tid, any_value(pid), any_value(name), max(exit_ns) from threads group by tid"
+    ).fetchall()}
+
+
+def _producers(con, th: dict) -> dict[int, int]:
+    """{tid: dataset bytes read} of threads that read at least the minimum share."""
+    rows = con.execute("""select tid, sum(nbytes) from data_io where dir = 'read'
+                          group by tid having sum(nbytes) > 0""").fetchall()
+    tot = sum(int(b) for _, b in rows)
+    return {int(t): int(b) for t, b in rows if b >= th["min_producer_share"] * tot}
+
+
+def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, int, int]]:
+    """(consumer tid, producer pid, count): pipe reads/polls of a thread on a
+    pipe that threads of another, producing process write to, plus wake-ups
+    by producer-side threads (a waker that had already exited does not count:
+    that is a process ending, not a batch)."""
+    prod_pids = sorted({threads[t][0] for t in prod if t in threads})
+    if not prod_pids:
+        return []
+    pp = "(" + ",".join(map(str, prod_pids)) + ")"
+    pt = "(" + ",".join(map(str, sorted(prod))) + ")"
+    flows = con.execute(f"""
+        with w as (select distinct chan_ino, pid from events
+                   where chan_ino is not null and pid in {pp}
+                     and op in {sql_list(WRITE_OPS + ('sendto', 'sendmsg'))})
+        select e.tid, w.pid, count(*) from events e join w using (chan_ino)
+        where e.pid != w.pid and e.op in {sql_list(READ_OPS + POLL_OPS + RECV_OPS)}
+        group by all""").fetchall()
+    wakes = con.execute(f"""
+        select e.tid, e.arg as wpid, count(*) from events e left join threads t on t.tid = e.ret
+        where e.op = 'offcpu' and e.ret > 0 and e.ret != e.tid
+          and ((e.arg in {pp} and e.arg != e.pid) or (e.ret in {pt}))
+          and (t.exit_ns is null or e.ts_ns + e."offset" < t.exit_ns)
+        group by all""").fetchall()
+    return [(int(a), int(b), int(c)) for a, b, c in flows + wakes]
+
+
+def _relay_wakes(con, tids: list[int]) -> list[tuple[int, int, int]]:
+    """(waker tid, woken tid, count) of wake-ups inside one process."""
+    if not tids:
+        return []
+    return [tuple(map(int, r)) for r in con.execute(f"""
+        select ret, tid, count(*) from events where op = 'offcpu' and ret > 0
+          and ret != tid and arg = pid and ret in ({",".join(map(str, tids))})
+        group by all""").fetchall()]
+
+
+def find_loops(con, th: dict) -> tuple[list[Loop], Optional[str]]:
+    threads = _threads(con)
+    prod = _producers(con, th)
+    by_proc: dict[int, list[int]] = {}
+    for t, (p, _, _) in threads.items():
+        by_proc.setdefault(p, []).append(t)
+    if not prod:
+        return _checkpoint_only(con, threads)
+    score: dict[int, int] = {}
+    sources: dict[int, set] = {}
+    for tid, ppid, n in _deliveries(con, prod, threads):
+        if tid in prod and ppid == threads.get(tid, (None,))[0]:
+            continue                     # a reader woken by a peer reader: not a consumer
+        score[tid] = score.get(tid, 0) + n
+        sources.setdefault(tid, set()).add(ppid)
+    # relays: a thread fed by producers that mostly wakes one other thread of its process
+    for waker, woken, n in sorted(_relay_wakes(con, list(score)), key=lambda r: -r[2]):
+        if waker in score and woken != waker and n >= 0.5 * score[waker] \
+                and threads.get(woken, (None,))[0] == threads.get(waker, (None,))[0]:
+            score[woken] = score.get(woken, 0) + score.pop(waker)
+            sources.setdefault(woken, set()).update(sources.pop(waker, set()))
+            sources[woken].add(("relay", waker))
+    loops: list[Loop] = []
+    workers: set[int] = set()
+    depth = _depths(con)
+    # 1. consumers of other processes' data (ancestors first: a worker is not a consumer)
+    for pid in sorted(by_proc, key=lambda p: (depth.get(p, 0), p)):
+        if pid in workers:
+            continue
+        cands = [t for t in by_proc[pid] if score.get(t, 0) >= th["min_deliveries"]
+                 and any(isinstance(s, int) and s != pid for s in sources.get(t, ()))]
+        if cands:
+            best = max(cands, key=lambda t: (score[t], t == pid))
+            srcs = {s for s in sources[best] if isinstance(s, int) and s != pid}
+            workers |= srcs
+            relays = [s[1] for s in sources[best] if isinstance(s, tuple)]
+            side = [t for p in srcs for t in by_proc.get(p, [])] + relays + \
+                [t for t in by_proc[pid] if t in prod and t != best]
+            loops.append(Loop(pid, best, threads[best][1], "worker-processes", side))
+    done = {lp.pid for lp in loops} | workers
+    # 2-4. processes that read their dataset themselves
+    for pid in sorted({threads[t][0] for t in prod if t in threads} - done):
+        readers = [t for t in by_proc[pid] if t in prod]
+        pbytes = sum(prod[t] for t in readers)
+        if pid in prod and prod[pid] >= 0.5 * pbytes:
+            loops.append(Loop(pid, pid, threads[pid][1], "self-loading", [pid]))
+            continue
+        cands = [t for t in by_proc[pid] if t not in prod and score.get(t, 0) >= th["min_deliveries"]]
+        if cands:
+            best = max(cands, key=lambda t: (score[t], t == pid))
+        elif pid in threads and pid not in prod:
+            best = pid          # only other threads read: the main thread consumes
+        else:
+            best = max(readers, key=lambda t: prod[t])
+            loops.append(Loop(pid, best, threads[best][1], "self-loading", [best]))
+            continue
+        relays = [s[1] for s in sources.get(best, ()) if isinstance(s, tuple)]
+        loops.append(Loop(pid, best, threads[best][1], "loader-threads", readers + relays))
+    if not loops:
+        return [], "dataset reads were seen, but no thread that consumes them"
+    return loops, None
+
+
+def _depths(con) -> dict[int, int]:
+    parent = dict(con.execute("select pid, any_value(ppid) from processes group by pid").fetchall())
+    out: dict[int, int] = {}
+    for p in parent:
+        d, q = 0, p
+        while q in parent and d < 64:
+            q = parent[q]
+            d += 1
+        out[p] = d
+    return out
+
+
+def _checkpoint_only(con, threads: dict) -> tuple[list[Loop], Optional[str]]:
+    r = con.execute("""select tid, sum(nbytes) from data_io where dir = 'write'
+                       group by tid order by 2 desc limit 1""").fetchone()
+    if not r:
+        return [], "no dataset reads and no file writes: nothing to judge"
+    tid = int(r[0])
+    pid, name, _ = threads.get(tid, (tid, "", None))
+    return [Loop(pid, tid, name, "checkpoint-only", [])], None
+
+
+# ---- per-thread timelines ---------------------------------------------------
+
+def _calls(con, tid: int, lo: int, hi: int, extra: str = "") -> dict[str, np.ndarray]:
+    cols = con.execute(f"""
+        select e.ts_ns, e.ts_ns + e.dur_ns as end_ns, e.op::varchar as op, e.fd_kind::varchar as kind,
+               e.mode, coalesce(e.file_id, -1) as file_id,
+               coalesce(e.file_id in (select file_id from data_files), false) as is_data,
+               coalesce(e.file_id in (select file_id from ckpt_files), false) as is_ckpt,
+               coalesce(e.chan_ino, -1) as chan_ino
+        from events e where e.tid = {tid} and e.op != 'offcpu'
+          and e.ts_ns < {hi} and e.ts_ns + e.dur_ns > {lo} {extra}
+        order by e.ts_ns""").fetchnumpy()
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def _offcpu(con, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    cols = con.execute(f"""
+        select ts_ns, ts_ns + dur_ns as end_ns, "offset" as wake, ret as waker
+        from events where tid = {tid} and op = 'offcpu' and ts_ns < {hi} and ts_ns + dur_ns > {lo}
+        order by ts_ns""").fetchnumpy()
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def _runnable(off) -> np.ndarray:
+    s = np.where(off["wake"] >= 0, off["ts_ns"] + off["wake"], off["ts_ns"])
+    return ivl.as_iv(s, off["end_ns"])
+
+
+def _blocked(off, wakers: Optional[set] = None) -> np.ndarray:
+    keep = off["wake"] >= 0
+    if wakers is not None:
+        keep &= np.isin(off["waker"], list(wakers))
+    return ivl.as_iv(off["ts_ns"][keep], (off["ts_ns"] + off["wake"])[keep])
+
+
+def _episodes(con, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarray:
+    """The loop's data waits: its loader calls (poll, read or receive on a pipe
+    or unix socket, its own dataset I/O) and the off-CPU time a producer-side
+    thread ended, with gaps under merge_gap_ms closed."""
+    c = _calls(con, loop.tid, lo, hi)
+    off = _offcpu(con, loop.tid, lo, hi)
+    side = set(loop.producers)
+    loader_op = np.isin(c["op"], READ_OPS + POLL_OPS + RECV_OPS + ("connect", "sendmsg"))
+    pipes = _producer_pipes(con, side) if side else []
+    chan = (c["kind"] == "pipe") & np.isin(c["chan_ino"], pipes) & loader_op
+    unix = (c["kind"] == "socket") & (c["mode"] == AF_UNIX) & loader_op
+    pieces = [ivl.as_iv(c["ts_ns"][chan], c["end_ns"][chan])]
+    if loop.how == "self-loading":      # its own dataset I/O (a consumer's own reads are not waits)
+        own = c["is_data"] & ~c["is_ckpt"]
+        pieces.append(ivl.as_iv(c["ts_ns"][own], c["end_ns"][own]))
+    if side:
+        woken = np.isin(off["waker"], list(side))
+        sleeping = ivl.union(ivl.as_iv(c["ts_ns"][np.isin(c["op"], SLEEP_OPS)],
+                                       c["end_ns"][np.isin(c["op"], SLEEP_OPS)]))
+        w = ivl.as_iv(off["ts_ns"][woken], off["end_ns"][woken])
+        pieces.append(ivl.subtract(ivl.union(w), sleeping))
+        # a futex or poll call whose wait a producer ended is a wait for data as a whole
+        waits = np.isin(c["op"], ("futex",) + POLL_OPS)
+        calls = ivl.as_iv(c["ts_ns"][waits], c["end_ns"][waits])
+        if len(calls) and len(w):
+            mid = (w[:, 0] + w[:, 1]) // 2
+            i = np.searchsorted(calls[:, 0], mid, side="right") - 1
+            ok = (i >= 0) & (mid < calls[np.maximum(i, 0), 1])
+            pieces.append(calls[np.unique(i[ok])])
+    gap = int(th["merge_gap_ms"] * 1e6)
+    core = ivl.union(np.concatenate([p for p in pieces if len(p)]), gap) \
+        if any(len(p) for p in pieces) else ivl.EMPTY
+    # unix-socket calls (tensors passed as fds) belong to a wait they are next to
+    glue = ivl.as_iv(c["ts_ns"][unix], c["end_ns"][unix])
+    if len(glue) and len(core):
+        near = ivl.covered(ivl.union(np.stack([core[:, 0] - gap, core[:, 1] + gap], axis=1)),
+                           glue[:, 0])
+        core = ivl.union(np.concatenate([core, glue[near]]), gap)
+    return ivl.clip(core, lo, hi)
+
+
+def _producer_pipes(con, side: set) -> list[int]:
+    return [r[0] for r in con.execute(f"""
+        select distinct chan_ino from events where chan_ino is not null and fd_kind = 'pipe'
+          and tid in ({",".join(map(str, sorted(side)))})
+          and op in {sql_list(WRITE_OPS)}""").fetchall()]
+
+
+def _paint_producer(con, tid: int, eps: np.ndarray, readers: set, helper: bool):
+    """Elementary segments of a producer thread inside the episodes:
+    (starts, ends, label, call ts) where label 0 is on CPU (prep, or transfer
+    for a helper thread that reads no data), and call ts the covering call's
+    entry time (-1 if none)."""
+    lo, hi = int(eps[0, 0]), int(eps[-1, 1])
+    c = _calls(con, tid, lo, hi)
+    off = _offcpu(con, tid, lo, hi)
+    runnable = _runnable(off)
+    contention = _blocked(off, readers - {tid}) if tid in readers else ivl.EMPTY
+    blocked = _blocked(off)
+    fetch = c["is_data"] & ~c["is_ckpt"] | np.isin(c["op"], ("nfs_read", "nfs_readahead"))
+    xfer = np.isin(c["op"], WRITE_OPS + ("sendto", "sendmsg")) & np.isin(c["kind"], ["pipe", "socket"])
+    layers = [blocked, contention, ivl.as_iv(c["ts_ns"][xfer], c["end_ns"][xfer]),
+              ivl.as_iv(c["ts_ns"][fetch], c["end_ns"][fetch]), runnable]
+    layers = [ivl.clip(x, lo, hi) for x in layers]
+    bounds = np.unique(np.concatenate([eps.ravel()] + [x.ravel() for x in layers]))
+    label = ivl.paint(bounds, layers)
+    s, e = bounds[:-1], bounds[1:]
+    inside = ivl.covered(eps, s)
+    s, e, label = s[inside], e[inside], label[inside]
+    if helper:
+        label = np.where(label == 0, TRANSFER, label)
+    # the call covering each segment (calls of one thread do not overlap)
+    cts = np.full(len(s), -1, dtype=np.int64)
+    if len(c["ts_ns"]):
+        i = np.searchsorted(c["ts_ns"], s, side="right") - 1
+        ok = (i >= 0) & (s < c["end_ns"][np.maximum(i, 0)])
+        cts[ok] = c["ts_ns"][i[ok]]
+    return s, e, label, cts
+
+
+def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
+    """Shares of the data wait by cause, and (tid, call ts, ns) of the wait
+    attributed to each producer call. While the loop is blocked, each instant
+    is shared equally among the producer-side threads that are active then
+    (not idle); the loop's own time on CPU inside a wait is transfer (it
+    receives and unpacks the batch), its runnable time cpu-starved."""
+    acc = dict.fromkeys(STALL_KEYS, 0.0)
+    cost: list[tuple[int, int, float]] = []
+    if len(eps) == 0:
+        return acc, cost
+    if loop.how == "self-loading":
+        s, e, lab, cts = _paint_producer(con, loop.tid, eps, {loop.tid}, False)
+        lens = (e - s).astype(float)
+        for k in (0, IDLE, OTHER, TRANSFER, FETCH, STARVED):
+            acc["prep" if k == 0 else LABEL_STALL.get(k, "other")] += lens[lab == k].sum()
+        m = cts >= 0
+        cost = [(loop.tid, int(t), float(x)) for t, x in zip(cts[m], lens[m])]
+        return acc, cost
+    lo, hi = int(eps[0, 0]), int(eps[-1, 1])
+    off = _offcpu(con, loop.tid, lo, hi)
+    l_run = ivl.intersect(ivl.union(_runnable(off)), eps)
+    l_blk = ivl.intersect(ivl.union(_blocked(off)), eps)
+    segs = []
+    for tid in loop.producers:
+        s, e, lab, cts = _paint_producer(con, tid, eps, readers, tid not in readers)
+        act = lab != IDLE
+        segs.append((np.full(act.sum(), tid), s[act], e[act], lab[act], cts[act]))
+    # the loop's own time: on CPU -> transfer, runnable -> cpu_starved
+    acc["cpu_starved"] += ivl.total(l_run)
+    acc["transfer"] += ivl.total(eps) - ivl.total(l_run) - ivl.total(l_blk)
+    if not segs:
+        acc["other"] += ivl.total(l_blk)
+        return acc, cost
+    tids, s, e, lab, cts = (np.concatenate(x) for x in zip(*segs))
+    g = np.unique(np.concatenate([s, e, l_blk.ravel()]))
+    if len(g) < 2:
+        acc["other"] += ivl.total(l_blk)
+        return acc, cost
+    cnt = np.zeros(len(g) + 1, dtype=np.int64)
+    np.add.at(cnt, np.searchsorted(g, s), 1)
+    np.add.at(cnt, np.searchsorted(g, e), -1)
+    n_active = np.cumsum(cnt)[:-2]
+    glen = np.diff(g).astype(float)
+    blk = ivl.covered(l_blk, g[:-1])
+    acc["other"] += glen[blk & (n_active == 0)].sum()
+    w = np.where(blk & (n_active > 0), glen / np.maximum(n_active, 1), 0.0)
+    W = np.concatenate(([0.0], np.cumsum(w)))
+    share = W[np.searchsorted(g, e)] - W[np.searchsorted(g, s)]
+    for k in (0, OTHER, TRANSFER, FETCH, STARVED):
+        acc["prep" if k == 0 else LABEL_STALL[k]] += share[lab == k].sum()
+    m = (cts >= 0) & (share > 0)
+    cost = list(zip(tids[m].tolist(), cts[m].tolist(), share[m].tolist()))
+    return acc, cost
+
+
+# ---- the whole analysis -------------------------------------------------------
+
+def create_file_sets(con) -> None:
+    con.execute("""create or replace temp table data_files as
+                   select distinct file_id from data_io where dir = 'read'""")
+    con.execute("""create or replace temp table ckpt_files as
+                   select file_id from data_io where dir = 'write'
+                   group by file_id having sum(nbytes) >= 1048576""")
+
+
+def analyse(con, th: dict, t0: int, t1: int,
+            window: Optional[tuple[int, int]] = None) -> Waits:
+    create_file_sets(con)
+    con.execute("create or replace temp table wait_cost (tid integer, ts_ns bigint, cost_ns double)")
+    loops, reason = find_loops(con, th)
+    if not loops:
+        return Waits([], (t0, t1), "trace", {}, dict.fromkeys(STALL_KEYS, 0.0), 0, reason)
+    gap = int(th["merge_gap_ms"] * 1e6)
+    for lp in loops:
+        lp.episodes = _episodes(con, lp, t0, t1, th)
+    source = "option" if window else "detected"
+    if window is None:
+        window = detect_window(loops, t0, t1) or (t0, t1)
+        source = "detected" if any(len(lp.episodes) for lp in loops) else "trace"
+    lo, hi = window
+    readers = set(_producers(con, th))
+    budget = dict.fromkeys(("window", "compute", "compute_cpu", "compute_sleep", "compute_gpu",
+                            "data_wait", "checkpoint", "other"), 0.0)
+    stall = dict.fromkeys(STALL_KEYS, 0.0)
+    costs: list = []
+    per_loop = []
+    steps = 0
+    for lp in loops:
+        eps = ivl.clip(lp.episodes, lo, hi)
+        b = loop_budget(con, lp, eps, lo, hi)
+        acc, cost = stall_causes(con, lp, eps, readers)
+        costs += cost
+        for k in budget:
+            budget[k] += b[k]
+        for k in stall:
+            stall[k] += acc[k] / 1e9
+        n = len(ivl.union(eps, gap))
+        steps += n
+        per_loop.append({"pid": lp.pid, "tid": lp.tid, "thread": lp.name, "how": lp.how,
+                         "producers": len(lp.producers), "data_waits": n,
+                         **{f"{k}_s": round(v, 6) for k, v in b.items()},
+                         "data_wait_share": b["data_wait"] / b["window"] if b["window"] else None})
+    tot = sum(stall.values())
+    shares = {k: (v / tot if tot > 0 else 0.0) for k, v in stall.items()}
+    if costs:
+        import pyarrow as pa
+        tbl = pa.table({"tid": pa.array([c[0] for c in costs], pa.int32()),
+                        "ts_ns": pa.array([c[1] for c in costs], pa.int64()),
+                        "cost_ns": pa.array([c[2] for c in costs], pa.float64())})
+        con.register("wait_cost_in", tbl)
+        con.execute("""insert into wait_cost select tid, ts_ns, sum(cost_ns)
+                       from wait_cost_in group by all""")
+        con.unregister("wait_cost_in")
+    nl = len(loops)
+    budget = {k: v / nl for k, v in budget.items()}     # the mean loop
+    return Waits(loops, window, source, budget, shares, steps, None, per_loop)
+
+
+def detect_window(loops: list[Loop], t0: int, t1: int) -> Optional[tuple[int, int]]:
+    """From the first data wait of any loop to the end of the last step: the
+    last wait plus the loop's median time between waits (its compute)."""
+    starts, ends = [], []
+    for lp in loops:
+        e = lp.episodes
+        if len(e) == 0:
+            continue
+        starts.append(int(e[0, 0]))
+        tail = int(np.median(e[1:, 0] - e[:-1, 1])) if len(e) > 1 else 0
+        ends.append(min(int(e[-1, 1]) + tail, t1))
+    if not starts:
+        return None
+    return min(starts), max(ends)
+
+
+def loop_budget(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
+    """Seconds of the loop thread in the window: data wait (eps), checkpoint
+    (its writes, syncs, opens and renames of checkpoint files), compute as a
+    sleep or on a device (char device calls: GPU drivers), other time
+    blocked, and the rest on CPU (compute)."""
+    c = _calls(con, lp.tid, lo, hi)
+    off = _offcpu(con, lp.tid, lo, hi)
+    data = ivl.union(eps)
+    ck_ops = np.isin(c["op"], WRITE_OPS + SYNC_OPS + OPEN_OPS + ("close", "rename", "renameat",
+                                                                 "renameat2"))
+    ck = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][ck_ops & c["is_ckpt"]],
+                                                  c["end_ns"][ck_ops & c["is_ckpt"]]), lo, hi)), data)
+    used = ivl.union(np.concatenate([data, ck]))
+    sl = np.isin(c["op"], SLEEP_OPS)
+    sleep = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]), lo, hi)), used)
+    gp = c["kind"] == "chr"
+    gpu = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][gp], c["end_ns"][gp]), lo, hi)),
+                       ivl.union(np.concatenate([used, sleep])))
+    used = ivl.union(np.concatenate([used, sleep, gpu]))
+    blocked = ivl.subtract(ivl.union(ivl.clip(_blocked(off), lo, hi)), used)
+    win = (hi - lo) / 1e9
+    out = {"window": win, "data_wait": ivl.total(data) / 1e9, "checkpoint": ivl.total(ck) / 1e9,
+           "compute_sleep": ivl.total(sleep) / 1e9, "compute_gpu": ivl.total(gpu) / 1e9,
+           "other": ivl.total(blocked) / 1e9}
+    out["compute_cpu"] = max(0.0, win - sum(out[k] for k in ("data_wait", "checkpoint",
+                                                             "compute_sleep", "compute_gpu",
+                                                             "other")))
+    out["compute"] = out["compute_cpu"] + out["compute_sleep"] + out["compute_gpu"]
+    return out

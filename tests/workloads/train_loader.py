@@ -1,0 +1,156 @@
+"""A tiny training loop fed by a data loader, timing its own waits for data.
+
+    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|plain] [--workers N]
+                    [--compute S] [--compute-kind cpu|sleep] [--prep S]
+                    [--pin-memory] [--epochs N] [--batch N]
+
+DATA_DIR holds sample_*.bin files (one sample each, read whole). The loop
+trains a small torch model (or sleeps, with --compute-kind sleep) for
+`--compute` seconds per step; each loader worker spends `--prep` seconds of
+its own CPU per sample (a stand-in for decoding). Loaders:
+  torch    torch.utils.data.DataLoader (worker processes when --workers > 0)
+  threads  reader threads filling a queue.Queue (like tf.data or DALI)
+  plain    the loop reads the files itself, in order
+Ground truth in OUT_JSON: per step, the time the loop waited for its next
+batch (perf_counter around next()), the compute time, and the window from
+the first request for data to the end of the last step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def prep(raw: bytes, cpu_s: float) -> np.ndarray:
+    """Decode stand-in: `cpu_s` seconds of this thread's CPU spent on the sample."""
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    end = time.thread_time() + cpu_s
+    acc = 0
+    while time.thread_time() < end:
+        acc += int(arr[:65536].astype(np.int32).sum())
+    return arr[:4096].astype(np.float32) / 255.0 + acc * 0
+
+
+def read_sample(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Samples(torch.utils.data.Dataset):
+    def __init__(self, files: list[str], prep_s: float):
+        self.files, self.prep_s = files, prep_s
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(prep(read_sample(self.files[i]), self.prep_s))
+
+
+def torch_batches(files, args):
+    ds = Samples(files, args.prep)
+    return torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=args.workers,
+                                       shuffle=False, pin_memory=args.pin_memory)
+
+
+def thread_batches(files, args):
+    """Reader threads put samples on a bounded queue; the loop takes batches."""
+    q: queue.Queue = queue.Queue(maxsize=2 * args.batch)
+    work: queue.Queue = queue.Queue()
+    for f in files:
+        work.put(f)
+
+    def reader():
+        while True:
+            try:
+                f = work.get_nowait()
+            except queue.Empty:
+                q.put(None)
+                return
+            q.put(torch.from_numpy(prep(read_sample(f), args.prep)))
+
+    threads = [threading.Thread(target=reader, name=f"reader{i}", daemon=True)
+               for i in range(max(args.workers, 1))]
+    for t in threads:
+        t.start()
+    done = 0
+    batch = []
+    while done < len(threads):
+        s = q.get()
+        if s is None:
+            done += 1
+            continue
+        batch.append(s)
+        if len(batch) == args.batch:
+            yield torch.stack(batch)
+            batch = []
+    if batch:
+        yield torch.stack(batch)
+
+
+def plain_batches(files, args):
+    for i in range(0, len(files), args.batch):
+        yield torch.stack([torch.from_numpy(prep(read_sample(f), args.prep))
+                           for f in files[i:i + args.batch]])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("out")
+    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "plain"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--compute", type=float, default=0.02)
+    ap.add_argument("--compute-kind", default="cpu", choices=("cpu", "sleep"))
+    ap.add_argument("--prep", type=float, default=0.0)
+    ap.add_argument("--pin-memory", action="store_true")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=4)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    files = sorted(str(p) for p in Path(args.data).glob("sample_*.bin"))
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    make = {"torch": torch_batches, "threads": thread_batches, "plain": plain_batches}
+    waits, computes = [], []
+    t_start = time.perf_counter()
+    t_start_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    for _ in range(args.epochs):
+        it = iter(make[args.loader](files, args))
+        while True:
+            t0 = time.perf_counter()
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            if args.compute_kind == "sleep":
+                time.sleep(args.compute)
+            else:
+                end = time.perf_counter() + args.compute
+                while time.perf_counter() < end:      # train on the batch until time is up
+                    opt.zero_grad()
+                    model(x.float()).pow(2).mean().backward()
+                    opt.step()
+            waits.append(t1 - t0)
+            computes.append(time.perf_counter() - t1)
+        del it
+    t_end_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    Path(args.out).write_text(json.dumps({
+        "pid": os.getpid(), "tid": threading.get_native_id(),
+        "steps": len(waits), "wait_s": waits, "compute_s": computes,
+        "window_s": time.perf_counter() - t_start,
+        "start_ns": t_start_ns, "end_ns": t_end_ns}))
+
+
+if __name__ == "__main__":
+    main()
