@@ -9,8 +9,9 @@ the loop waited.
 How the loop is found (per process, from the recorded wake-ups and data
 flows, never from names):
   1. worker processes: threads of other processes that read the dataset
-     write to a pipe the thread reads or polls, or wake it up; a relay (a pin
-     thread woken by the workers that wakes another thread) hands its score on;
+     write to a pipe the thread reads or polls, over most of the reading
+     span; a relay (a pin thread fed by the workers that wakes another
+     thread) hands its score on;
   2. the process's main thread reads most of the process's dataset bytes
      itself (num_workers=0, a plain loop over files, fio): self-loading;
   3. reader threads of the process wake it up (thread-based loaders);
@@ -34,6 +35,7 @@ from . import intervals as ivl
 AF_UNIX = 1
 THRESHOLDS = {
     "min_deliveries": 3,          # producer-side wake-ups or pipe reads to call a thread a consumer
+    "min_delivery_span": 0.5,     # ... spread over at least this share of the dataset's reading span
     "merge_gap_ms": 1.0,          # loader calls closer than this form one data wait
     "min_producer_share": 0.005,  # of the dataset bytes, for a thread to count as a producer
     "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
@@ -81,11 +83,14 @@ def _producers(con, th: dict) -> dict[int, int]:
     return {int(t): int(b) for t, b in rows if b >= th["min_producer_share"] * tot}
 
 
-def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, int, int]]:
-    """(consumer tid, producer pid, count): pipe reads/polls of a thread on a
-    pipe that threads of another, producing process write to, plus wake-ups
-    by producer-side threads (a waker that had already exited does not count:
-    that is a process ending, not a batch)."""
+def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, ...]]:
+    """(consumer tid, producer pid, count, first ts, last ts): reads and polls
+    of a thread on a pipe that threads of another, producing process write to
+    (how worker processes hand over batches), plus wake-ups by reader threads
+    of its own process (a waker that had already exited does not count: that
+    is a thread ending, not a batch). Wake-ups across processes alone (a
+    futex in shared memory) do not make a consumer: a launcher woken by its
+    job's state changes would pass for one."""
     prod_pids = sorted({threads[t][0] for t in prod if t in threads})
     if not prod_pids:
         return []
@@ -95,16 +100,17 @@ def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, int, int]]:
         with w as (select distinct chan_ino, pid from events
                    where chan_ino is not null and pid in {pp}
                      and op in {sql_list(WRITE_OPS + ('sendto', 'sendmsg'))})
-        select e.tid, w.pid, count(*) from events e join w using (chan_ino)
+        select e.tid, w.pid, count(*), min(e.ts_ns), max(e.ts_ns) from events e join w using (chan_ino)
         where e.pid != w.pid and e.op in {sql_list(READ_OPS + POLL_OPS + RECV_OPS)}
         group by all""").fetchall()
     wakes = con.execute(f"""
-        select e.tid, e.arg as wpid, count(*) from events e left join threads t on t.tid = e.ret
+        select e.tid, e.arg as wpid, count(*), min(e.ts_ns), max(e.ts_ns)
+        from events e left join threads t on t.tid = e.ret
         where e.op = 'offcpu' and e.ret > 0 and e.ret != e.tid
-          and ((e.arg in {pp} and e.arg != e.pid) or (e.ret in {pt}))
+          and e.arg = e.pid and e.ret in {pt}
           and (t.exit_ns is null or e.ts_ns + e."offset" < t.exit_ns)
         group by all""").fetchall()
-    return [(int(a), int(b), int(c)) for a, b, c in flows + wakes]
+    return [tuple(map(int, r)) for r in flows + wakes]
 
 
 def _relay_wakes(con, tids: list[int]) -> list[tuple[int, int, int]]:
@@ -127,14 +133,27 @@ def find_loops(con, th: dict) -> tuple[list[Loop], Optional[str]]:
         return _checkpoint_only(con, threads)
     score: dict[int, int] = {}
     sources: dict[int, set] = {}
-    for tid, ppid, n in _deliveries(con, prod, threads):
+    # a consumer gets batches while the dataset is read, not only at start-up
+    first, last = con.execute("""select min(ts_ns), max(ts_ns) from data_io where dir = 'read'
+                                 and file_id in (select file_id from data_files)""").fetchone()
+    min_span = th["min_delivery_span"] * (last - first)
+    spans: dict[int, list[int]] = {}
+    for tid, ppid, n, a, b in _deliveries(con, prod, threads):
         if tid in prod and ppid == threads.get(tid, (None,))[0]:
             continue                     # a reader woken by a peer reader: not a consumer
         score[tid] = score.get(tid, 0) + n
         sources.setdefault(tid, set()).add(ppid)
+        sp = spans.setdefault(tid, [a, b])
+        sp[0], sp[1] = min(sp[0], a), max(sp[1], b)
+    for tid, (a, b) in spans.items():
+        if b - a < min_span:
+            score[tid] = 0
     # relays: a thread fed by producers that mostly wakes one other thread of its process
+    # (a pin-memory thread). A process's main thread is never a relay: it wakes the
+    # threads that send the loader its next indices, and it is the loop.
     for waker, woken, n in sorted(_relay_wakes(con, list(score)), key=lambda r: -r[2]):
         if waker in score and woken != waker and n >= 0.5 * score[waker] \
+                and waker != threads.get(waker, (None,))[0] \
                 and threads.get(woken, (None,))[0] == threads.get(waker, (None,))[0]:
             score[woken] = score.get(woken, 0) + score.pop(waker)
             sources.setdefault(woken, set()).update(sources.pop(waker, set()))
@@ -375,8 +394,16 @@ def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
 # ---- the whole analysis -------------------------------------------------------
 
 def create_file_sets(con) -> None:
+    """The dataset: files read in directories that hold at least 1% of the
+    bytes read from data files (a stray config file read at start-up is not
+    the dataset); checkpoint files: files written with at least 1 MiB."""
     con.execute("""create or replace temp table data_files as
-                   select distinct file_id from data_io where dir = 'read'""")
+                   with f as (select file_id, regexp_replace(path, '/[^/]*$', '') as d,
+                                     sum(nbytes) as b
+                              from data_io where dir = 'read' group by all),
+                        dirs as (select d from f group by d
+                                 having sum(b) >= 0.01 * (select sum(b) from f))
+                   select file_id from f where d in (select d from dirs)""")
     con.execute("""create or replace temp table ckpt_files as
                    select file_id from data_io where dir = 'write'
                    group by file_id having sum(nbytes) >= 1048576""")
