@@ -35,8 +35,8 @@ READ_COLOUR = "#1f6fb4"
 WRITE_COLOUR = "#e8770e"
 TARGET_COLOUR = "#c62828"
 
-STATUS = {"io-bound": ("I/O-bound", "bad"), "meets-target": ("Meets target", "good"),
-          "no-target": ("No target", "neutral"), "no-io": ("No I/O", "neutral")}
+STATUS = {"io-bound": ("I/O-bound", "bad"), "not-io-bound": ("Not I/O-bound", "good"),
+          "unknown": ("No training loop found", "neutral"), "no-io": ("No I/O", "neutral")}
 
 CSS = """
 :root { color-scheme: light; --high: #c62828; --warn: #b25e00; --info: #1565c0;
@@ -194,12 +194,15 @@ def _verdict(v, label, cls, meta) -> list[str]:
             ("Read target", human_rate(target) if target else "none given", "")]
     if ratio is not None:
         kpis.append(("Share of target", f"{ratio:.0%}", "good" if ratio >= 1 else "bad"))
-    kpis += [("Write average", human_rate(v.get("write_bytes_per_s", 0)), "")]
+    if v.get("accelerator_utilization") is not None:
+        kpis.append(("AU estimate", f"{v['accelerator_utilization']:.0%}",
+                     "good" if v["accelerator_utilization"] >= 0.9 else "bad"))
+        kpis.append(("Data wait", f"{v['data_wait_share']:.0%} of the window", ""))
     if v.get("write_target_bytes_per_s"):
         kpis.append(("Write target", human_rate(v["write_target_bytes_per_s"]), ""))
     kpis += [("Bytes read", human_bytes(v.get("bytes_read", 0)), ""),
              ("Bytes written", human_bytes(v.get("bytes_written", 0)), ""),
-             ("File I/O in progress", f"{v.get('io_busy_share', 0):.0%} of the time", ""),
+             ("Time budget", v.get("budget_line") or "-", ""),
              ("Duration", f"{v.get('duration_s', 0):.2f} s", "")]
     out = [f'<section id="verdict" class="card verdict {cls}">',
            f'<span class="status">{e(label)}</span>',
