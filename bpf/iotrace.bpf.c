@@ -111,6 +111,18 @@ static __always_inline __u64 rb_flags(void)
 		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+/* A record with no file, offset or dirfd: the base of the non-syscall events. */
+static __always_inline void blank_event(struct iot_event *e, __u16 op, __u32 pid, __u32 tid)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->op = op;
+	e->pid = pid;
+	e->tid = tid;
+	e->offset = -1;
+	e->fd = -1;
+	e->dirfd = -1;
+}
+
 static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 {
 	/* task is trusted (tp_btf): walk it with direct loads. */
@@ -199,6 +211,22 @@ static __always_inline void fd_identity(struct task_struct *task, int fd,
 	}
 }
 
+/* Index of the lowest set bit of a non-zero word. Spelled out: clang 14's
+ * BPF backend crashes, now and then, lowering __builtin_ctzll. */
+static __always_inline int lowest_bit(__u64 w)
+{
+	int n = 0;
+
+	if (!(w & 0xffffffffull)) { n += 32; w >>= 32; }
+	if (!(w & 0xffff)) { n += 16; w >>= 16; }
+	if (!(w & 0xff)) { n += 8; w >>= 8; }
+	if (!(w & 0xf)) { n += 4; w >>= 4; }
+	if (!(w & 0x3)) { n += 2; w >>= 2; }
+	if (!(w & 0x1))
+		n += 1;
+	return n;
+}
+
 /* The lowest fd in a select() read set (-1: none in the first 1024). */
 static __always_inline int first_fd_set(__u64 nfds, __u64 uset)
 {
@@ -212,7 +240,7 @@ static __always_inline int first_fd_set(__u64 nfds, __u64 uset)
 		if (bpf_probe_read_user(&word, sizeof(word), (void *)(uset + w * 8)))
 			break;
 		if (word)
-			return w * 64 + __builtin_ctzll(word);
+			return w * 64 + lowest_bit(word);
 	}
 	return -1;
 }
@@ -775,18 +803,12 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 		st->lock_ts = 0;
 		return 0;
 	}
-	__builtin_memset(e, 0, sizeof(*e));
+	blank_event(e, IOT_LOCK_CONTENTION, pid_tgid >> 32, (__u32)pid_tgid);
 	e->ts_ns = st->lock_ts;
 	e->dur_ns = bpf_ktime_get_ns() - st->lock_ts;
 	e->ret = ret;
-	e->offset = -1;
-	e->pid = pid_tgid >> 32;
-	e->tid = (__u32)pid_tgid;
-	e->fd = -1;
-	e->dirfd = -1;
 	e->arg = st->lock_addr;
 	e->flags = st->lock_flags;
-	e->op = IOT_LOCK_CONTENTION;
 	st->lock_ts = 0;
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
@@ -801,15 +823,9 @@ static __always_inline struct big_event *life_event(__u16 op, __u32 pid, __u32 t
 
 	if (!b)
 		return NULL;
-	__builtin_memset(&b->ev, 0, sizeof(b->ev));
+	blank_event(&b->ev, op, pid, tid);
 	b->ev.ts_ns = bpf_ktime_get_ns();
-	b->ev.op = op;
-	b->ev.pid = pid;
-	b->ev.tid = tid;
 	b->ev.ret = ret;
-	b->ev.offset = -1;
-	b->ev.fd = -1;
-	b->ev.dirfd = -1;
 	return b;
 }
 
@@ -939,9 +955,6 @@ struct {
 	__type(value, struct offcpu_state);
 } offcpu SEC(".maps");
 
-/* Switch-outs shorter than this are not recorded (set by the loader). */
-const volatile __u64 offcpu_min_ns = 0;
-
 static __always_inline __u32 task_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
@@ -976,24 +989,15 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	o = bpf_task_storage_get(&offcpu, next, 0, 0);
 	if (!o || !o->off_ts)
 		return 0;
-	if (now - o->off_ts < offcpu_min_ns) {
-		o->off_ts = 0;
-		return 0;
-	}
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(IOT_CNT_DROPS);
 		o->off_ts = 0;
 		return 0;
 	}
-	__builtin_memset(e, 0, sizeof(*e));
+	blank_event(e, IOT_OFFCPU, ntgid, next->pid);
 	e->ts_ns = o->off_ts;
 	e->dur_ns = now - o->off_ts;
-	e->pid = ntgid;
-	e->tid = next->pid;
-	e->op = IOT_OFFCPU;
-	e->fd = -1;
-	e->dirfd = -1;
 	e->flags = o->state;
 	e->ret = (__u32)o->waker;
 	e->arg = o->waker >> 32;
