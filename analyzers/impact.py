@@ -44,7 +44,7 @@ def _quote(p: str) -> str:
 
 def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
     if f.id == "checkpoint-burst":
-        return float(f.evidence.get("loop_blocked_s", w.budget.get("checkpoint", 0.0)))
+        return float(w.budget.get("checkpoint", 0.0))
     calls = RULE_CALLS.get(f.id)
     if calls is None:
         return 0.0

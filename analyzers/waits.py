@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+import pyarrow as pa
 
 from iotrace.abi import (OPEN_OPS, POLL_OPS, READ_OPS, RECV_OPS, SLEEP_OPS, SYNC_OPS,
                          WRITE_OPS, sql_list)
@@ -69,10 +70,10 @@ class Waits:
     per_loop: list[dict] = field(default_factory=list)
 
 
-def _threads(con) -> dict[int, tuple[int, str, Optional[int]]]:
-    return {t: (p, n or "", x) for t, p, n, x in con.execute(
-        "select tid, any_value(pid), any_value(name), max(exit_ns) from threads group by tid"
-    ).fetchall()}
+def _threads(con) -> dict[int, tuple[int, str]]:
+    """{tid: (pid, name)}"""
+    return {t: (p, n or "") for t, p, n in con.execute(
+        "select tid, any_value(pid), any_value(name) from threads group by tid").fetchall()}
 
 
 def _producers(con, th: dict) -> dict[int, int]:
@@ -123,11 +124,11 @@ def _relay_wakes(con, tids: list[int]) -> list[tuple[int, int, int]]:
         group by all""").fetchall()]
 
 
-def find_loops(con, th: dict) -> tuple[list[Loop], Optional[str]]:
+def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optional[str]]:
+    """prod: the producer threads (_producers)."""
     threads = _threads(con)
-    prod = _producers(con, th)
     by_proc: dict[int, list[int]] = {}
-    for t, (p, _, _) in threads.items():
+    for t, (p, _) in threads.items():
         by_proc.setdefault(p, []).append(t)
     if not prod:
         return _checkpoint_only(con, threads)
@@ -217,21 +218,21 @@ def _checkpoint_only(con, threads: dict) -> tuple[list[Loop], Optional[str]]:
     if not r:
         return [], "no dataset reads and no file writes: nothing to judge"
     tid = int(r[0])
-    pid, name, _ = threads.get(tid, (tid, "", None))
+    pid, name = threads.get(tid, (tid, ""))
     return [Loop(pid, tid, name, "checkpoint-only", [])], None
 
 
 # ---- per-thread timelines ---------------------------------------------------
 
-def _calls(con, tid: int, lo: int, hi: int, extra: str = "") -> dict[str, np.ndarray]:
+def _calls(con, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
     cols = con.execute(f"""
         select e.ts_ns, e.ts_ns + e.dur_ns as end_ns, e.op::varchar as op, e.fd_kind::varchar as kind,
-               e.mode, coalesce(e.file_id, -1) as file_id,
+               e.mode,
                coalesce(e.file_id in (select file_id from data_files), false) as is_data,
                coalesce(e.file_id in (select file_id from ckpt_files), false) as is_ckpt,
                coalesce(e.chan_ino, -1) as chan_ino
         from events e where e.tid = {tid} and e.op != 'offcpu'
-          and e.ts_ns < {hi} and e.ts_ns + e.dur_ns > {lo} {extra}
+          and e.ts_ns < {hi} and e.ts_ns + e.dur_ns > {lo}
         order by e.ts_ns""").fetchnumpy()
     return {k: np.asarray(v) for k, v in cols.items()}
 
@@ -273,8 +274,8 @@ def _episodes(con, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarray:
         pieces.append(ivl.as_iv(c["ts_ns"][own], c["end_ns"][own]))
     if side:
         woken = np.isin(off["waker"], list(side))
-        sleeping = ivl.union(ivl.as_iv(c["ts_ns"][np.isin(c["op"], SLEEP_OPS)],
-                                       c["end_ns"][np.isin(c["op"], SLEEP_OPS)]))
+        sl = np.isin(c["op"], SLEEP_OPS)
+        sleeping = ivl.union(ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]))
         w = ivl.as_iv(off["ts_ns"][woken], off["end_ns"][woken])
         pieces.append(ivl.subtract(ivl.union(w), sleeping))
         # a futex or poll call whose wait a producer ended is a wait for data as a whole
@@ -413,18 +414,19 @@ def analyse(con, th: dict, t0: int, t1: int,
             window: Optional[tuple[int, int]] = None) -> Waits:
     create_file_sets(con)
     con.execute("create or replace temp table wait_cost (tid integer, ts_ns bigint, cost_ns double)")
-    loops, reason = find_loops(con, th)
+    prod = _producers(con, th)
+    loops, reason = find_loops(con, th, prod)
     if not loops:
         return Waits([], (t0, t1), "trace", {}, dict.fromkeys(STALL_KEYS, 0.0), 0, reason)
-    gap = int(th["merge_gap_ms"] * 1e6)
     for lp in loops:
         lp.episodes = _episodes(con, lp, t0, t1, th)
-    source = "option" if window else "detected"
+    source = "option"
     if window is None:
-        window = detect_window(loops, t0, t1) or (t0, t1)
-        source = "detected" if any(len(lp.episodes) for lp in loops) else "trace"
+        window = detect_window(loops, t0, t1)
+        source = "detected" if window else "trace"
+        window = window or (t0, t1)
     lo, hi = window
-    readers = set(_producers(con, th))
+    readers = set(prod)
     budget = dict.fromkeys(("window", "compute", "compute_cpu", "compute_sleep", "compute_gpu",
                             "data_wait", "checkpoint", "other"), 0.0)
     stall = dict.fromkeys(STALL_KEYS, 0.0)
@@ -440,7 +442,7 @@ def analyse(con, th: dict, t0: int, t1: int,
             budget[k] += b[k]
         for k in stall:
             stall[k] += acc[k] / 1e9
-        n = len(ivl.union(eps, gap))
+        n = len(eps)        # episodes are already merged: one per step
         steps += n
         per_loop.append({"pid": lp.pid, "tid": lp.tid, "thread": lp.name, "how": lp.how,
                          "producers": len(lp.producers), "data_waits": n,
@@ -449,7 +451,6 @@ def analyse(con, th: dict, t0: int, t1: int,
     tot = sum(stall.values())
     shares = {k: (v / tot if tot > 0 else 0.0) for k, v in stall.items()}
     if costs:
-        import pyarrow as pa
         tbl = pa.table({"tid": pa.array([c[0] for c in costs], pa.int32()),
                         "ts_ns": pa.array([c[1] for c in costs], pa.int64()),
                         "cost_ns": pa.array([c[2] for c in costs], pa.float64())})
