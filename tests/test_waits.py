@@ -102,24 +102,20 @@ def _throttle_prefix(path: Path, bps: int):
     st = os.stat(path)
     dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     v1 = Path("/sys/fs/cgroup/blkio")
-    if (v1 / "blkio.throttle.read_bps_device").exists():
-        cg = v1 / f"iotrace-test-{os.getpid()}"
-        cg.mkdir(exist_ok=True)
-        try:
-            (cg / "blkio.throttle.read_bps_device").write_text(f"{dev} {bps}\n")
-        except OSError:
-            return None, None
-        return cg, ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"]
     v2 = Path("/sys/fs/cgroup")
-    if (v2 / "cgroup.controllers").exists() and "io" in (v2 / "cgroup.controllers").read_text():
-        cg = v2 / f"iotrace-test-{os.getpid()}"
-        cg.mkdir(exist_ok=True)
-        try:
-            (cg / "io.max").write_text(f"{dev} rbps={bps}\n")
-        except OSError:
-            return None, None
-        return cg, ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"]
-    return None, None
+    if (v1 / "blkio.throttle.read_bps_device").exists():
+        root, limit_file, limit = v1, "blkio.throttle.read_bps_device", f"{dev} {bps}\n"
+    elif (v2 / "cgroup.controllers").exists() and "io" in (v2 / "cgroup.controllers").read_text():
+        root, limit_file, limit = v2, "io.max", f"{dev} rbps={bps}\n"
+    else:
+        return None, None
+    cg = root / f"iotrace-test-{os.getpid()}"
+    cg.mkdir(exist_ok=True)
+    try:
+        (cg / limit_file).write_text(limit)
+    except OSError:
+        return None, None
+    return cg, ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"]
 
 
 def test_throttled_cold_storage_is_fetch_bound(tmp_path, dataset):
@@ -174,6 +170,6 @@ def test_fio_read_rate_matches_fios_own(tmp_path):
     assert proc.returncode == 0, proc.stderr
     bw = json.loads(out.read_text())["jobs"][0]["read"]["bw_bytes"]
     v = build_report(trace, Targets()).verdict
-    # measured over the span of fio's reads; fio's own runtime adds its set-up per loop
-    assert v["read_bytes_per_s"] == pytest.approx(bw, rel=0.25), (v["read_bytes_per_s"], bw)
+    # over the span of fio's calls on its file, cache invalidation included, as fio counts it
+    assert v["read_bytes_per_s"] == pytest.approx(bw, rel=0.10), (v["read_bytes_per_s"], bw)
     assert v["loops"][0]["how"] == "self-loading" and v["status"] == "io-bound"
