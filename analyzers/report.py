@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from typing import Optional
 
+from iotrace.errors import EXIT_USAGE, IotraceError
+
 from .base import Context, Finding, Rule, Targets, severity_rank
 from .impact import apply_impact
 from .registry import all_rules
@@ -63,7 +65,12 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
                   t0_ns=t0 or 0, t1_ns=t1 or 0)
     window = None
     if window_s is not None:
-        window = (ctx.t0_ns + int(window_s[0] * 1e9), ctx.t0_ns + int(window_s[1] * 1e9))
+        if window_s[0] >= ctx.duration_s:
+            raise IotraceError(f"--window {window_s[0]:g}:... starts after the trace ends "
+                               f"({ctx.duration_s:.1f} s): give a START below that",
+                               EXIT_USAGE)
+        window = (ctx.t0_ns + int(window_s[0] * 1e9),
+                  min(ctx.t0_ns + int(window_s[1] * 1e9), ctx.t1_ns))
     waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window)
     ctx.window = waits.window
     findings: list[Finding] = []

@@ -132,3 +132,15 @@ def test_nfs_rule_splits_rpc_time_and_flags_small_reads(tmp_path):
     assert e["client_queue_share"] == pytest.approx(0.1)
     assert e["nfs_read_median_bytes"] == 4096 and e["mount_rsize_bytes"] == 1 << 20
     assert e["per_procedure"]["READ"]["calls"] == 100
+
+
+def test_window_option(tmp_path):
+    steady_reader(tmp_path / "t", mib_per_s=100)
+    doc = json.loads(iotrace_cmd("report", str(tmp_path / "t"), "--format", "json",
+                                 "--window", "0.5:").stdout)
+    w = doc["verdict"]["training_window"]
+    assert w["source"] == "option" and w["start_s"] == pytest.approx(0.5, abs=0.01)
+    res = iotrace_cmd("report", str(tmp_path / "t"), "--window", "1000:2000")
+    assert res.returncode == 2 and "starts after the trace ends" in res.stderr
+    res = iotrace_cmd("report", str(tmp_path / "t"), "--window", "3:1")
+    assert res.returncode == 2 and "END must be after START" in res.stderr
