@@ -88,7 +88,10 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     compute = w.budget["compute"]
     if rates["bytes_read"] and compute > 0:
         per_step = rates["bytes_read"] / steps
-        need = per_step * bar / (compute / max(len(w.loops), 1) / steps) * len(w.loops)
+        # each loop needs per_step bytes in each step's compute / bar seconds; the
+        # budget is the mean loop's, so compute per step is compute * loops / steps
+        nl = len(w.loops)
+        need = nl * per_step * bar / (compute * nl / steps)
         v["needed_read_bytes_per_s"] = need
         v["bytes_per_step"] = per_step
         text += (f" Reads ran at {human_rate(rates['read_bytes_per_s'])} while the dataset was "
