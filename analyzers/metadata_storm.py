@@ -16,7 +16,9 @@ Calls are counted by kind (see docs/findings.d/metadata-storm.md):
   closes    close of a regular file
   other     unlink, rename, mkdir, rmdir, close of a directory
 Calls on pipes, sockets, devices and anonymous fds (opens, closes, fstats) are
-not file metadata and are left out; so are closes of fds that were not open.
+not file metadata and are left out; so are closes of fds that were not open, and
+calls on kernel pseudo file systems (/proc, /sys, cgroup...: they ask the kernel,
+not storage; counted in evidence as pseudo_fs_calls).
 
 Each call is charged to a directory: the directory listed for listings and
 getdents; for a call on a regular file (open, fstat, close) the directory of the
@@ -52,7 +54,7 @@ from __future__ import annotations
 
 from .base import Context, Finding, Rule
 from .rates import human_bytes
-from .views import META_OPS, READ_OPS, WRITE_OPS, sql_list
+from .views import META_OPS, READ_OPS, WRITE_OPS, pseudo_fs_sql, sql_list
 
 MiB = 1 << 20
 OPENS = ("open", "openat", "openat2", "creat")
@@ -86,13 +88,18 @@ DIRNAME = """case when strpos(path, '/') = 0 then '.'
 # directory has neither path nor file: its path is that of the latest open of
 # a directory that returned its fd in the same process (an as-of join). Calls
 # are aggregated first: the string work is per distinct path, not per call.
+# Metadata calls on storage: not on a kernel pseudo file system.
+EVENTS_SQL = f"""
+create or replace temp view metadata_storm_events as
+select * from events where op in {sql_list(META_OPS)} and not {pseudo_fs_sql()}"""
+
 CALLS_SQL = f"""
 create or replace temp table metadata_storm_calls as
 with by_call as (
     select op, fd_kind, {EMPTY_PATH}, case when file_id >= 0 then null else path end as path,
            file_id, count(*) as n, sum(dur_ns) as ns, max(dur_ns) as max_ns,
            arg_max(ts_ns, dur_ns) as max_ts
-    from events where op in {sql_list(META_OPS)} and (path is not null or file_id >= 0)
+    from metadata_storm_events where path is not null or file_id >= 0
     group by all),
 opened as (select pid, fd as ofd, ts_ns as ots, path as opath from events
            where op in {sql_list(OPENS)} and ret >= 0 and fd_kind = 'dir'),
@@ -100,8 +107,8 @@ pathless as (
     select e.op, e.fd_kind, false as empty_path, o.opath as path, e.file_id,
            count(*) as n, sum(e.dur_ns) as ns, max(e.dur_ns) as max_ns,
            arg_max(e.ts_ns, e.dur_ns) as max_ts
-    from (select * from events where op in ('getdents64', 'close') and fd_kind = 'dir'
-                                 and path is null) e
+    from (select * from metadata_storm_events where op in ('getdents64', 'close')
+                                 and fd_kind = 'dir' and path is null) e
     asof left join opened o on e.pid = o.pid and e.fd = o.ofd and e.ts_ns >= o.ots
     group by all),
 k as materialized (
@@ -127,7 +134,7 @@ create or replace temp table metadata_storm_threads as
 select kind, pid, tid, sum(n) as n, sum(ns) as ns
 from (select {KIND} as kind, * from
       (select pid, tid, op, fd_kind, {EMPTY_PATH}, count(*) as n, sum(dur_ns) as ns
-       from events where op in {sql_list(META_OPS)} group by all))
+       from metadata_storm_events group by all))
 where kind is not null group by all"""
 
 # Read and write calls on regular files per file and thread: time, bytes read,
@@ -154,6 +161,7 @@ from opened o left join size s using (file_id)"""
 
 def call_counts(ctx: Context) -> dict:
     """Calls of each kind, all calls and their time (one cheap pass)."""
+    ctx.con.execute(EVENTS_SQL)
     ctx.con.execute(THREADS_SQL)
     names = ("open", "listing", "getdents", "stat", "fstat", "close", "other")
     counts = ctx.one(f"""select {', '.join(f"coalesce(sum(n) filter (where kind = '{k}'), 0)"
@@ -162,6 +170,8 @@ def call_counts(ctx: Context) -> dict:
                          from metadata_storm_threads""")
     t = dict(zip(names, counts[:len(names)]))
     t["calls"], t["time_ns"] = counts[len(names):]
+    t["pseudo"] = ctx.one(f"""select count(*) from events where op in {sql_list(META_OPS)}
+                              and {pseudo_fs_sql()}""")[0]
     return t
 
 
@@ -276,7 +286,7 @@ def run(ctx: Context) -> list[Finding]:
     ev = {
         "opens": t["open"], "stats": t["stat"], "closes": t["close"], "getdents": t["getdents"],
         "listings": t["listing"], "fstats": t["fstat"], "other_metadata_calls": t["other"],
-        "metadata_calls": t["calls"],
+        "metadata_calls": t["calls"], "pseudo_fs_calls": t["pseudo"],
         "opens_per_second": t["open"] / dur, "stats_per_second": t["stat"] / dur,
         "closes_per_second": t["close"] / dur,
         "read_bytes": t["read_bytes"],

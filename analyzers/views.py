@@ -7,6 +7,22 @@ META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fst
             "newfstatat", "statx", "getdents64", "unlink", "unlinkat", "rename", "renameat",
             "renameat2", "mkdir", "mkdirat", "rmdir")
 
+# Kernel pseudo file systems: a stat or open there asks the kernel, not storage
+# (fio reads /sys/block/*/queue, Python reads /proc/self/...). /dev is left out by
+# path because /dev/shm is a tmpfs data sets are staged on; device nodes are
+# already told apart by their fd kind.
+PSEUDO_FS = ("proc", "sysfs", "devpts", "devtmpfs", "cgroup", "cgroup2", "debugfs", "tracefs",
+             "securityfs", "bpf", "configfs", "pstore", "mqueue", "nsfs", "binfmt_misc",
+             "efivarfs", "fusectl")
+PSEUDO_PATH_RE = r"^/(proc|sys)(/|$)"
+
+
+def pseudo_fs_sql(files: str = "files") -> str:
+    """SQL predicate on an events row: the call is on a kernel pseudo file system."""
+    return (f"""((file_id >= 0 and file_id in (select file_id from {files}
+                                               where fs_type in {sql_list(PSEUDO_FS)}))
+                or (file_id < 0 and regexp_matches(coalesce(path, ''), '{PSEUDO_PATH_RE}')))""")
+
 
 # Paths that are not the job's data: code, libraries, kernel and system files.
 NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"

@@ -205,6 +205,28 @@ def test_call_kinds_and_directories(tmp_path):
                           "distinct_files": 1, "median_file_bytes": 3000, "share": 1.0}
 
 
+def test_pseudo_file_systems_are_not_storage_metadata(tmp_path):
+    """fio stats /sys/block/*/queue and opens sysfs files per device at start-up
+    (767 stats, 112 opens on a host with many loop devices): those ask the
+    kernel, not storage. Counted as pseudo_fs_calls, not in the rates."""
+    events = [ev("newfstatat", ts=i * 10_000, fd=-1, path=f"/sys/block/loop{i % 8}/queue")
+              for i in range(800)]
+    events += [ev("openat", ts=9 * SEC // 10 + i * 1000, fd=4, ret=4, file_id=1 + i % 2,
+                  path=p) for i, p in enumerate(["/proc/self/maps", "/sys/block/loop0/stat"] * 60)]
+    events += [ev("read", ts=SEC // 10 + i * 100_000, dur=50_000, fd=3, off=i * MiB, req=MiB,
+                  ret=MiB, file_id=0) for i in range(8)]
+    events += [ev("newfstatat", ts=SEC // 2 + i, fd=-1, path=f"/data/x{i}") for i in range(3)]
+    files = [(0, "/data/big.bin"), (1, "/proc/self/maps", "proc"),
+             (2, "/sys/block/loop0/stat", "sysfs")]
+    t = synth_trace(tmp_path, events + [end_marker(SEC)], files=files)
+    assert findings(t, MS) == []
+    f = one(t, MS, config={"min_metadata_calls": 1, "max_time_share": 0,
+                           "max_opens_per_mib": 0}, tmp_path=tmp_path)
+    assert (f.evidence["stats"], f.evidence["opens"], f.evidence["metadata_calls"]) == (3, 0, 3)
+    assert f.evidence["pseudo_fs_calls"] == 920
+    assert [r["path"] for r in f.files] == ["/data"]
+
+
 def test_directory_of_top_level_and_relative_paths(tmp_path):
     events = [ev("newfstatat", ts=0, fd=-1, path="/top.bin"),
               ev("newfstatat", ts=10_000, fd=-1, path="/a/b/c.bin"),
