@@ -10,9 +10,10 @@ ARCH := $(shell uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
 APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config gcc make \
 	fio strace bpftrace python3-venv
 # What only the tests need: headless Chromium for the HTML report; QEMU, Debian's
-# 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests.
+# 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests; Open MPI
+# for DLIO (the MLPerf Storage benchmark) whose own AU the verdict is checked against.
 TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server \
-	libibverbs-dev ibverbs-providers iproute2
+	libibverbs-dev ibverbs-providers iproute2 libopenmpi-dev openmpi-bin
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
@@ -37,6 +38,11 @@ deps:
 # are large (~3.5 GB with their CUDA dependencies), so only `make test` installs them.
 $(VENV)/.workloads: $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[test,workloads,vm]'
+	touch $@
+
+# DLIO with its PyTorch loader only (no TensorFlow/DALI): see tests/dlio/install.sh.
+$(VENV)/.dlio: $(VENV)/.workloads tests/dlio/install.sh
+	tests/dlio/install.sh $(VENV)
 	touch $@
 
 test-deps:
@@ -81,7 +87,7 @@ $(PKG_BIN): $(RECORDER)
 	@mkdir -p $(dir $@)
 	cp $< $@.tmp && mv -f $@.tmp $@
 
-test: all test-deps $(VENV)/.workloads
+test: all test-deps $(VENV)/.workloads $(VENV)/.dlio
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 	$(PY) -m pytest -ra $(PYTEST_ARGS) tests
 

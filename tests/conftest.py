@@ -1,6 +1,7 @@
 """Shared helpers: run iotrace for real (root, real BPF) and open the trace."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -89,3 +90,32 @@ def rows(trace, query: str, *params):
 
 def scalar(trace, query: str, *params):
     return trace.con.execute(query, list(params)).fetchone()[0]
+
+
+@contextlib.contextmanager
+def cold_throttled_reads(path: Path, bps: int):
+    """Yields a command prefix that runs a job in a blkio cgroup reading `path`'s
+    device at `bps` (cgroup v1 blkio.throttle or v2 io.max), with the page cache
+    dropped first: real slow storage. Skips the test where neither exists."""
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    v1, v2 = Path("/sys/fs/cgroup/blkio"), Path("/sys/fs/cgroup")
+    if (v1 / "blkio.throttle.read_bps_device").exists():
+        root, limit_file, limit = v1, "blkio.throttle.read_bps_device", f"{dev} {bps}\n"
+    elif (v2 / "cgroup.controllers").exists() and "io" in (v2 / "cgroup.controllers").read_text():
+        root, limit_file, limit = v2, "io.max", f"{dev} rbps={bps}\n"
+    else:
+        pytest.skip("no blkio/io cgroup controller to throttle the storage")
+    cg = root / f"iotrace-test-{os.getpid()}"
+    cg.mkdir(exist_ok=True)
+    try:
+        try:
+            (cg / limit_file).write_text(limit)
+        except OSError as e:
+            pytest.skip(f"cannot throttle {dev}: {e}")
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        yield ("sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh")
+    finally:
+        with contextlib.suppress(OSError):
+            cg.rmdir()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from iotrace.analyzers.base import Targets
 from iotrace.analyzers.report import build_report
 
-from conftest import WORKLOADS, needs_root, trace_run
+from conftest import WORKLOADS, cold_throttled_reads, needs_root, trace_run
 
 torch = pytest.importorskip("torch")
 MiB = 1 << 20
@@ -96,42 +95,10 @@ def test_thread_loader(tmp_path, dataset):
     assert v["loops"][0]["how"] == "loader-threads" and v["status"] == "io-bound"
 
 
-def _throttle_prefix(path: Path, bps: int):
-    """A shell prefix that puts the job in a blkio cgroup reading `path`'s
-    device at `bps` (cgroup v1 blkio or v2 io.max), or None."""
-    st = os.stat(path)
-    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-    v1 = Path("/sys/fs/cgroup/blkio")
-    v2 = Path("/sys/fs/cgroup")
-    if (v1 / "blkio.throttle.read_bps_device").exists():
-        root, limit_file, limit = v1, "blkio.throttle.read_bps_device", f"{dev} {bps}\n"
-    elif (v2 / "cgroup.controllers").exists() and "io" in (v2 / "cgroup.controllers").read_text():
-        root, limit_file, limit = v2, "io.max", f"{dev} rbps={bps}\n"
-    else:
-        return None, None
-    cg = root / f"iotrace-test-{os.getpid()}"
-    cg.mkdir(exist_ok=True)
-    try:
-        (cg / limit_file).write_text(limit)
-    except OSError:
-        return None, None
-    return cg, ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"]
-
-
 def test_throttled_cold_storage_is_fetch_bound(tmp_path, dataset):
-    cg, prefix = _throttle_prefix(dataset, 24 * 1000 * 1000)
-    if prefix is None:
-        pytest.skip("no blkio/io cgroup controller to throttle the storage")
-    try:
-        subprocess.run(["sync"], check=True)
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    with cold_throttled_reads(dataset, 24 * 1000 * 1000) as prefix:
         truth, v, _ = train(tmp_path, dataset, "--workers", "2", "--compute", "0.01",
-                            "--compute-kind", "sleep", prefix=tuple(prefix))
-    finally:
-        try:
-            os.rmdir(cg)
-        except OSError:
-            pass
+                            "--compute-kind", "sleep", prefix=prefix)
     check_wait(truth, v)
     assert v["status"] == "io-bound"
     assert max(v["stall"], key=v["stall"].get) == "fetch" and v["stall"]["fetch"] > 0.5

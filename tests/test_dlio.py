@@ -1,0 +1,110 @@
+"""The verdict against DLIO, the MLPerf Storage benchmark (dlio-benchmark 2.0.0,
+PyTorch loader, 2 workers; tests/dlio/install.sh). DLIO times its own training
+loop and reports its accelerator utilisation, AU = compute time / step time, and
+the rate it read while training (summary.json); iotrace knows nothing of DLIO
+and must agree with both, and name the cause DLIO's set-up makes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iotrace.analyzers.base import Targets
+from iotrace.analyzers.report import build_report
+
+from conftest import cold_throttled_reads, needs_root, trace_run
+
+pytest.importorskip("dlio_benchmark")
+pytestmark = needs_root()
+
+CONFIG = Path(__file__).resolve().parent / "dlio"
+DLIO = str(Path(sys.executable).parent / "dlio_benchmark")
+MiB = 1 << 20
+# DLIO's tracer (pydftracer) would intercept the job's I/O: off. Open MPI refuses
+# root without the two ALLOW variables, even as a singleton.
+ENV = dict(os.environ, DFTRACER_ENABLE="0", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self")
+
+
+def dlio_args(data: Path, out: Path, *overrides: str) -> list[str]:
+    return [DLIO, f"--config-dir={CONFIG}", "workload=iotrace_small",
+            f"++workload.dataset.data_folder={data}", f"++workload.output.folder={out}",
+            f"hydra.run.dir={out}", *overrides]
+
+
+@pytest.fixture(scope="module")
+def data():
+    """DLIO generates its own data set: 64 npz files of 2 MiB, on a real block
+    device (the throttled case reads it through a blkio cgroup)."""
+    d = Path(os.environ.get("IOTRACE_TEST_DATA", "/var/tmp")) / f"iotrace-dlio-{os.getpid()}"
+    out = d.with_name(d.name + "-gen")
+    subprocess.run(dlio_args(d, out, "++workload.workflow.generate_data=True",
+                             "++workload.workflow.train=False"),
+                   env=ENV, check=True, capture_output=True, timeout=300)
+    assert len(list((d / "train").glob("*.npz"))) == 64
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def run_dlio(tmp_path, data, *overrides, prefix=()):
+    """One traced DLIO run: (DLIO's summary metrics, iotrace's verdict)."""
+    out = tmp_path / "dlio"
+    proc, trace = trace_run(tmp_path / "trace", *prefix, *dlio_args(data, out, *overrides),
+                            env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metric = json.loads((out / "summary.json").read_text())["metric"]
+    v = build_report(trace, Targets()).verdict
+    print(f"DLIO AU {metric['train_au_mean_percentage']:.1f}% "
+          f"{metric['train_io_mean_MB_per_second']:.0f} MiB/s | iotrace AU "
+          f"{v['accelerator_utilization']:.1%} {v['read_bytes_per_s'] / MiB:.0f} MiB/s "
+          f"{v['status']} stall {v['stall']}")
+    return metric, v
+
+
+def warm(data: Path):
+    for f in (data / "train").iterdir():
+        f.read_bytes()
+
+
+def test_compute_bound_dlio_passes_au(tmp_path, data):
+    """0.2 s of compute a step, data in the page cache: DLIO ~97% AU."""
+    warm(data)
+    m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.2")
+    theirs = m["train_au_mean_percentage"] / 100
+    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
+    assert v["status"] == ("not-io-bound" if theirs >= 0.9 else "io-bound"), v["summary"]
+    assert v["loops"][0]["how"] == "worker-processes"
+
+
+def test_dlio_without_compute_reads_at_its_rate(tmp_path, data):
+    """No compute, data cached: DLIO's AU is 0 by definition (nothing is compute);
+    the loop waits on its workers, which spend the time decoding (CPU), not
+    reading. The read rate while training is DLIO's, not the average over
+    its start-up."""
+    warm(data)
+    m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0")
+    assert v["status"] == "io-bound", v["summary"]
+    assert v["data_wait_share"] > 0.4, v["summary"]
+    assert max(v["stall"], key=v["stall"].get) in ("prep", "cpu_starved"), v["stall"]
+    theirs = m["train_io_mean_MB_per_second"] * MiB        # DLIO's MB are MiB
+    assert v["read_bytes_per_s"] == pytest.approx(theirs, rel=0.35), (v["read_bytes_per_s"], theirs)
+
+
+def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
+    """Cold cache, storage throttled to 50 MB/s, 0.05 s of compute: DLIO's AU is
+    low and its read rate is the throttle's; the cause is fetching."""
+    with cold_throttled_reads(data, 50 * 1000 * 1000) as prefix:
+        m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05",
+                        "++workload.train.epochs=1", prefix=prefix)
+    theirs = m["train_au_mean_percentage"] / 100
+    assert v["status"] == "io-bound", v["summary"]
+    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.05), (theirs, v["summary"])
+    assert max(v["stall"], key=v["stall"].get) == "fetch", v["stall"]
+    rate = m["train_io_mean_MB_per_second"] * MiB
+    assert v["read_bytes_per_s"] == pytest.approx(rate, rel=0.2), (v["read_bytes_per_s"], rate)
