@@ -121,8 +121,7 @@ class Session:
         else:
             for pid in procfs.descendants(self.attach_pids[0]):
                 procfs.snapshot_process(self.model, pid, ts)
-        self.writer.write_tables(self.model)  # readable from the start
-        self.writer.write_meta()
+        self._snapshot()                      # readable from the start
 
     def _raise_start_error(self) -> None:
         for err in self.errors:
