@@ -68,6 +68,7 @@ class Context:
     t0_ns: int = 0
     t1_ns: int = 0
     window: Optional[tuple[int, int]] = None   # the training window (ns), once known
+    loop_tids: tuple[int, ...] = ()            # the training loop threads, once known
 
     @property
     def duration_s(self) -> float:

@@ -6,19 +6,23 @@ wait in fsync; what share of each checkpoint period is the writing thread
 blocked in write/fsync/close; is the checkpoint written in many small writes;
 and how long would one take at the write target (--target-write)?
 
-Bursts: the calls are the opens for writing, writes (write family), syncs
-(fsync, fdatasync, sync_file_range) and closes on regular files. Per file,
-calls separated by less than `gap_s` (from the end of one to the start of the
-next) form a session; sessions that wrote at least `min_burst_bytes` at no less
-than `min_burst_bytes_per_s` count (a log or metrics file written a line at a
-time is not a checkpoint). Sessions of any files that overlap or lie within `gap_s`
-of each other form one burst: a checkpoint written as several files (shards,
-optimizer state) is one burst.
+Checkpoints: the calls are the opens for writing, writes (write family), syncs
+(fsync, fdatasync, sync_file_range) and closes on regular files. Per file, a
+session starts at each open for writing (a checkpoint rewritten to the same path
+is one session per write) or after `gap_s` without calls on it (a file kept
+open); sessions that wrote at least `min_burst_bytes` at no less than
+`min_burst_bytes_per_s` count (a log or metrics file written a line at a time is
+not a checkpoint). Sessions of any files that overlap or lie within
+`merge_gap_s` of each other form one burst, one checkpoint: a checkpoint written
+as several files (shards, optimizer state, by one thread or several ranks) is
+one. Checkpoints 0.5 s apart are told apart as well as hours apart.
 
 Per burst: bytes (bytes written), duration (first call's start to last call's
 end), write rate (bytes / duration), fsyncs and time in them, and blocked time:
 the time the busiest writing thread spent inside those open, write, sync and
-close calls.
+close calls; loop_blocked (per burst, in the examples): the longest time a
+training loop thread (see the verdict) spent in them, 0 when a background
+thread or process wrote the checkpoint, null when no loop was found.
 blocked_share = mean blocked time per burst / mean interval between burst
 starts (the share of each checkpoint period the writing thread was stuck); with
 a single burst, blocked time / trace duration. weighted_median_write_bytes: half
@@ -59,7 +63,8 @@ c as (
 c1 as (select *, max(end_ns) over (partition by file_id order by ts_ns, end_ns
                                    rows between unbounded preceding and 1 preceding) as prev_end
        from c),
-c2 as (select *, sum(case when prev_end is null or ts_ns - prev_end >= $gap then 1 else 0 end)
+c2 as (select *, sum(case when kind = 'open' or prev_end is null or ts_ns - prev_end >= $gap
+                          then 1 else 0 end)
                  over (partition by file_id order by ts_ns, end_ns rows unbounded preceding)
                  as sess
        from c1),
@@ -69,7 +74,8 @@ sessions as (
        and sum(nbytes) / greatest((max(end_ns) - min(ts_ns)) / 1e9, 1e-3) >= $min_rate),
 s1 as (select *, max(e) over (order by s, e rows between unbounded preceding
                               and 1 preceding) as prev_e from sessions),
-s2 as (select file_id, sess, sum(case when prev_e is null or s - prev_e >= $gap then 1 else 0 end)
+s2 as (select file_id, sess, sum(case when prev_e is null or s - prev_e >= $merge_gap
+                                      then 1 else 0 end)
                                over (order by s, e rows unbounded preceding) as burst
        from s1)
 select c2.* exclude (prev_end, sess), s2.burst
@@ -79,6 +85,8 @@ BURSTS_SQL = """
 create or replace temp table checkpoint_burst_bursts as
 with per_thread as (
     select burst, pid, tid, sum(dur_ns) as ns from checkpoint_burst_calls group by all),
+loop as (select burst, max(ns) as loop_blocked_ns from per_thread
+         where tid in ($loop_tids) group by burst),
 writer as (   -- the thread that spent the most time in the burst's calls
     select burst, pid, tid, ns as blocked_ns from per_thread
     qualify row_number() over (partition by burst order by ns desc, tid) = 1)
@@ -88,8 +96,9 @@ select b.burst, min(ts_ns) as start_ns, max(end_ns) - min(ts_ns) as dur_ns,
        count(*) filter (where kind = 'sync') as syncs,
        coalesce(sum(dur_ns) filter (where kind = 'sync'), 0) as sync_ns,
        any_value(w.pid) as pid, any_value(w.tid) as tid, any_value(w.blocked_ns) as blocked_ns,
-       min(f.path) as path
-from checkpoint_burst_calls b join writer w using (burst) left join files f using (file_id)
+       coalesce(any_value(l.loop_blocked_ns), 0) as loop_blocked_ns, min(f.path) as path
+from checkpoint_burst_calls b join writer w using (burst) left join loop l using (burst)
+left join files f using (file_id)
 group by b.burst"""
 
 # Over all bursts: intervals between starts, sizes, durations, syncs, blocked time.
@@ -117,11 +126,13 @@ def bursts(ctx: Context) -> list[dict]:
     """Every burst, in time order (the rule's unit of account)."""
     th = ctx.th(RULE.id)
     ctx.con.execute(CALLS_SQL.replace("$gap", str(int(th["gap_s"] * 1e9)))
+                    .replace("$merge_gap", str(int(th["merge_gap_s"] * 1e9)))
                     .replace("$min_bytes", str(int(th["min_burst_bytes"])))
                     .replace("$min_rate", repr(float(th["min_burst_bytes_per_s"]))))
-    ctx.con.execute(BURSTS_SQL)
+    loops = ", ".join(str(int(t)) for t in ctx.loop_tids) or "null"
+    ctx.con.execute(BURSTS_SQL.replace("$loop_tids", loops))
     keys = ("burst", "start_ns", "dur_ns", "bytes", "writes", "files", "syncs", "sync_ns",
-            "pid", "tid", "blocked_ns", "path")
+            "pid", "tid", "blocked_ns", "loop_blocked_ns", "path")
     return [dict(zip(keys, r)) for r in ctx.rows(
         f"select {', '.join(keys)} from checkpoint_burst_bursts order by start_ns")]
 
@@ -226,6 +237,7 @@ def run(ctx: Context) -> list[Finding]:
                    "bytes": b["bytes"], "writes": b["writes"], "files": b["files"],
                    "fsyncs": b["syncs"], "duration_s": b["dur_ns"] / 1e9,
                    "fsync_s": b["sync_ns"] / 1e9, "blocked_s": b["blocked_ns"] / 1e9,
+                   "loop_blocked_s": (b["loop_blocked_ns"] / 1e9 if ctx.loop_tids else None),
                    "path": b["path"]}
                   for i, b in enumerate(bs[:MAX_LISTED])])]
 
@@ -235,7 +247,7 @@ RULE = Rule(
     title="Checkpoint write bursts",
     question="Does the job write periodic bursts (checkpoints), and how long do they "
              "block the writing thread?",
-    thresholds={"gap_s": 1.0, "min_burst_bytes": float(1 << 20),
+    thresholds={"gap_s": 1.0, "merge_gap_s": 0.25, "min_burst_bytes": float(1 << 20),
                 "min_burst_bytes_per_s": float(1 << 20), "min_bursts": 2,
                 "warn_blocked_share": 0.05, "high_blocked_share": 0.2,
                 "small_write_bytes": 65536.0},

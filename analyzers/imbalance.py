@@ -4,9 +4,11 @@ Question: how many reads are in flight at once, do some loader workers
 (processes, or the threads of one process) read much more or much slower than
 the others, and are there stretches where the job reads nothing at all?
 
-Data reads: read calls (not failed) on regular files that are not code,
-libraries or system files (.py, .pyc, .so, /proc, /sys, /etc, /run, /lib,
-/usr/lib, /usr/share, Python's lib).
+Data reads: read calls (not failed) on the dataset's files: regular files
+that are not code, libraries or system files (.py, .pyc, .so, /proc, /sys,
+/etc, /run, /lib, /usr/lib, /usr/share, Python's lib), in directories that
+hold at least 1% of the bytes read from such files (the verdict's dataset: a
+config file read at start-up does not stretch the reading span).
 Workers: the processes that do data reads, or their threads when fewer
 than two processes count; a reader counts as a worker when it made at least
 `min_worker_reads` reads and read at least `min_worker_bytes_ratio` of the
@@ -77,7 +79,7 @@ def load_reads(ctx: Context) -> None:
     ctx.con.execute(f"""
         create or replace temp table {READS} as
         select pid, tid, ts_ns as s, ts_ns + greatest(dur_ns, 1) as e, dur_ns, nbytes
-        from data_io where dir = 'read'""")
+        from data_io where dir = 'read' and file_id in (select file_id from data_files)""")
 
 
 def readers(ctx: Context, key: str) -> list[Worker]:

@@ -31,6 +31,9 @@ class Report:
     findings: list[Finding]
     rules_run: list[str]
     errors: list[dict] = field(default_factory=list)   # rules that failed, and why
+    # the training loops' waits and checkpoints in the window (waits.LoopStates),
+    # for the timeline viewers; not part of the JSON report
+    loop_states: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -73,6 +76,7 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
                   min(ctx.t0_ns + int(window_s[1] * 1e9), ctx.t1_ns))
     waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window)
     ctx.window = waits.window
+    ctx.loop_tids = tuple(lp.tid for lp in waits.loops)
     findings: list[Finding] = []
     errors: list[dict] = []
     ran = []
@@ -89,4 +93,4 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
     apply_impact(ctx, waits, findings)
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_s or 0)))
     return Report(trace=str(trace.root), targets=targets, verdict=verdict,
-                  findings=findings, rules_run=ran, errors=errors)
+                  findings=findings, rules_run=ran, errors=errors, loop_states=waits.states)

@@ -39,6 +39,7 @@ THRESHOLDS = {
     "min_delivery_span": 0.5,     # ... spread over at least this share of the dataset's reading span
     "merge_gap_ms": 1.0,          # loader calls closer than this form one data wait
     "min_producer_share": 0.005,  # of the dataset bytes, for a thread to count as a producer
+    "min_dataset_bytes": 1048576,  # data bytes read below this: no dataset (a config file)
     "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
     "au_target": 0.90,            # MLPerf Storage's accelerator-utilisation bar
 }
@@ -68,6 +69,22 @@ class Waits:
     steps: int
     reason: Optional[str] = None
     per_loop: list[dict] = field(default_factory=list)
+    states: list[LoopStates] = field(default_factory=list)
+
+
+@dataclass
+class LoopStates:
+    """A loop's timeline in the window, for the viewers: each data wait with
+    its causes (ns, columns in STALL_KEYS order) and the thread that woke the
+    loop at its end (tid, pid, wake-up ns; -1 where none was seen), and its
+    checkpoint intervals. Everything else in the window is compute."""
+    pid: int
+    tid: int
+    name: str
+    waits: np.ndarray                          # (n, 2) start, end ns
+    causes: np.ndarray                         # (n, 5) ns by cause
+    wakers: np.ndarray                         # (n, 3) tid, pid, ns
+    checkpoints: np.ndarray                    # (m, 2) start, end ns
 
 
 def _threads(con) -> dict[int, tuple[int, str]]:
@@ -81,6 +98,8 @@ def _producers(con, th: dict) -> dict[int, int]:
     rows = con.execute("""select tid, sum(nbytes) from data_io where dir = 'read'
                           group by tid having sum(nbytes) > 0""").fetchall()
     tot = sum(int(b) for _, b in rows)
+    if tot < th["min_dataset_bytes"]:
+        return {}
     return {int(t): int(b) for t, b in rows if b >= th["min_producer_share"] * tot}
 
 
@@ -239,7 +258,8 @@ def _calls(con, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
 
 def _offcpu(con, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
     cols = con.execute(f"""
-        select ts_ns, ts_ns + dur_ns as end_ns, "offset" as wake, ret as waker
+        select ts_ns, ts_ns + dur_ns as end_ns, "offset" as wake, ret as waker,
+               arg as waker_pid
         from events where tid = {tid} and op = 'offcpu' and ts_ns < {hi} and ts_ns + dur_ns > {lo}
         order by ts_ns""").fetchnumpy()
     return {k: np.asarray(v) for k, v in cols.items()}
@@ -337,59 +357,106 @@ def _paint_producer(con, tid: int, eps: np.ndarray, readers: set, helper: bool):
     return s, e, label, cts
 
 
+def _col(labels: np.ndarray) -> np.ndarray:
+    """Producer segment labels -> column in STALL_KEYS (0 = on CPU: prep; idle: other)."""
+    out = np.full(len(labels), STALL_KEYS.index("other"))
+    out[labels == 0] = STALL_KEYS.index("prep")
+    for k, name in LABEL_STALL.items():
+        out[labels == k] = STALL_KEYS.index(name)
+    return out
+
+
+def _add(per: np.ndarray, eps: np.ndarray, starts: np.ndarray, amounts, col) -> None:
+    """Adds amounts (ns) to the episodes the pieces starting at `starts` lie in."""
+    if len(starts) == 0:
+        return
+    i = np.searchsorted(eps[:, 0], starts, side="right") - 1
+    ok = i >= 0
+    cols = col[ok] if isinstance(col, np.ndarray) else col
+    amts = amounts[ok] if isinstance(amounts, np.ndarray) else amounts
+    np.add.at(per, (i[ok], cols), amts)
+
+
 def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
-    """Shares of the data wait by cause, and (tid, call ts, ns) of the wait
-    attributed to each producer call. While the loop is blocked, each instant
-    is shared equally among the producer-side threads that are active then
-    (not idle); the loop's own time on CPU inside a wait is transfer (it
-    receives and unpacks the batch), its runnable time cpu-starved."""
-    acc = dict.fromkeys(STALL_KEYS, 0.0)
+    """Ns of each data wait by cause ((n, 5), columns in STALL_KEYS order),
+    and (tid, call ts, ns) of the wait attributed to each producer call.
+    While the loop is blocked, each instant is shared equally among the
+    producer-side threads that are active then (not idle); the loop's own
+    time on CPU inside a wait is transfer (it receives and unpacks the
+    batch), its runnable time cpu-starved."""
+    per = np.zeros((len(eps), len(STALL_KEYS)))
     cost: list[tuple[int, int, float]] = []
     if len(eps) == 0:
-        return acc, cost
+        return per, cost
+    other, starved, transfer = (STALL_KEYS.index(k) for k in ("other", "cpu_starved", "transfer"))
     if loop.how == "self-loading":
         s, e, lab, cts = _paint_producer(con, loop.tid, eps, {loop.tid}, False)
         lens = (e - s).astype(float)
-        for k in (0, IDLE, OTHER, TRANSFER, FETCH, STARVED):
-            acc["prep" if k == 0 else LABEL_STALL.get(k, "other")] += lens[lab == k].sum()
+        _add(per, eps, s, lens, _col(lab))
         m = cts >= 0
         cost = [(loop.tid, int(t), float(x)) for t, x in zip(cts[m], lens[m])]
-        return acc, cost
+        return per, cost
     lo, hi = int(eps[0, 0]), int(eps[-1, 1])
     off = _offcpu(con, loop.tid, lo, hi)
     l_run = ivl.intersect(ivl.union(_runnable(off)), eps)
     l_blk = ivl.intersect(ivl.union(_blocked(off)), eps)
+    # the loop's own time: on CPU -> transfer, runnable -> cpu_starved
+    ep_len = (eps[:, 1] - eps[:, 0]).astype(float)
+    run_ep = np.zeros(len(eps))
+    blk_ep = np.zeros(len(eps))
+    _add(run_ep[:, None], eps, l_run[:, 0], (l_run[:, 1] - l_run[:, 0]).astype(float), 0)
+    _add(blk_ep[:, None], eps, l_blk[:, 0], (l_blk[:, 1] - l_blk[:, 0]).astype(float), 0)
+    per[:, starved] += run_ep
+    per[:, transfer] += ep_len - run_ep - blk_ep
     segs = []
     for tid in loop.producers:
         s, e, lab, cts = _paint_producer(con, tid, eps, readers, tid not in readers)
         act = lab != IDLE
         segs.append((np.full(act.sum(), tid), s[act], e[act], lab[act], cts[act]))
-    # the loop's own time: on CPU -> transfer, runnable -> cpu_starved
-    acc["cpu_starved"] += ivl.total(l_run)
-    acc["transfer"] += ivl.total(eps) - ivl.total(l_run) - ivl.total(l_blk)
     if not segs:
-        acc["other"] += ivl.total(l_blk)
-        return acc, cost
+        per[:, other] += blk_ep
+        return per, cost
     tids, s, e, lab, cts = (np.concatenate(x) for x in zip(*segs))
     g = np.unique(np.concatenate([s, e, l_blk.ravel()]))
     if len(g) < 2:
-        acc["other"] += ivl.total(l_blk)
-        return acc, cost
+        per[:, other] += blk_ep
+        return per, cost
     cnt = np.zeros(len(g) + 1, dtype=np.int64)
     np.add.at(cnt, np.searchsorted(g, s), 1)
     np.add.at(cnt, np.searchsorted(g, e), -1)
     n_active = np.cumsum(cnt)[:-2]
     glen = np.diff(g).astype(float)
     blk = ivl.covered(l_blk, g[:-1])
-    acc["other"] += glen[blk & (n_active == 0)].sum()
+    idle = blk & (n_active == 0)
+    _add(per, eps, g[:-1][idle], glen[idle], other)
     w = np.where(blk & (n_active > 0), glen / np.maximum(n_active, 1), 0.0)
     W = np.concatenate(([0.0], np.cumsum(w)))
     share = W[np.searchsorted(g, e)] - W[np.searchsorted(g, s)]
-    for k in (0, OTHER, TRANSFER, FETCH, STARVED):
-        acc["prep" if k == 0 else LABEL_STALL[k]] += share[lab == k].sum()
+    _add(per, eps, s, share, _col(lab))
     m = (cts >= 0) & (share > 0)
     cost = list(zip(tids[m].tolist(), cts[m].tolist(), share[m].tolist()))
-    return acc, cost
+    return per, cost
+
+
+def wakers(con, loop: Loop, eps: np.ndarray) -> np.ndarray:
+    """(tid, pid, wake-up ns) of the thread that woke the loop at the end of
+    each data wait: the waker of its last off-CPU interval ending in the wait
+    (-1 where it ended on CPU or no waker was seen)."""
+    out = np.full((len(eps), 3), -1, dtype=np.int64)
+    if len(eps) == 0:
+        return out
+    off = _offcpu(con, loop.tid, int(eps[0, 0]), int(eps[-1, 1]))
+    ok = (off["wake"] >= 0) & (off["waker"] > 0)
+    end = off["end_ns"][ok]
+    if len(end) == 0:
+        return out
+    j = np.searchsorted(end, eps[:, 1], side="right") - 1
+    hit = (j >= 0) & (end[np.maximum(j, 0)] >= eps[:, 0])
+    jj = j[hit]
+    out[hit, 0] = off["waker"][ok][jj]
+    out[hit, 1] = off["waker_pid"][ok][jj]
+    out[hit, 2] = (off["ts_ns"] + off["wake"])[ok][jj]
+    return out
 
 
 # ---- the whole analysis -------------------------------------------------------
@@ -433,15 +500,17 @@ def analyse(con, th: dict, t0: int, t1: int,
     costs: list = []
     per_loop = []
     steps = 0
+    states = []
     for lp in loops:
         eps = ivl.clip(lp.episodes, lo, hi)
-        b = loop_budget(con, lp, eps, lo, hi)
-        acc, cost = stall_causes(con, lp, eps, readers)
+        b, ck = loop_budget(con, lp, eps, lo, hi)
+        per, cost = stall_causes(con, lp, eps, readers)
         costs += cost
         for k in budget:
             budget[k] += b[k]
-        for k in stall:
-            stall[k] += acc[k] / 1e9
+        for i, k in enumerate(STALL_KEYS):
+            stall[k] += per[:, i].sum() / 1e9
+        states.append(LoopStates(lp.pid, lp.tid, lp.name, eps, per, wakers(con, lp, eps), ck))
         n = len(eps)        # episodes are already merged: one per step
         steps += n
         per_loop.append({"pid": lp.pid, "tid": lp.tid, "thread": lp.name, "how": lp.how,
@@ -460,7 +529,7 @@ def analyse(con, th: dict, t0: int, t1: int,
         con.unregister("wait_cost_in")
     nl = len(loops)
     budget = {k: v / nl for k, v in budget.items()}     # the mean loop
-    return Waits(loops, window, source, budget, shares, steps, None, per_loop)
+    return Waits(loops, window, source, budget, shares, steps, None, per_loop, states)
 
 
 def detect_window(loops: list[Loop], t0: int, t1: int) -> Optional[tuple[int, int]]:
@@ -479,11 +548,11 @@ def detect_window(loops: list[Loop], t0: int, t1: int) -> Optional[tuple[int, in
     return min(starts), max(ends)
 
 
-def loop_budget(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
+def loop_budget(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> tuple[dict, np.ndarray]:
     """Seconds of the loop thread in the window: data wait (eps), checkpoint
     (its writes, syncs, opens and renames of checkpoint files), compute as a
     sleep or on a device (char device calls: GPU drivers), other time
-    blocked, and the rest on CPU (compute)."""
+    blocked, and the rest on CPU (compute); and its checkpoint intervals."""
     c = _calls(con, lp.tid, lo, hi)
     off = _offcpu(con, lp.tid, lo, hi)
     data = ivl.union(eps)
@@ -507,4 +576,4 @@ def loop_budget(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
                                                              "compute_sleep", "compute_gpu",
                                                              "other")))
     out["compute"] = out["compute_cpu"] + out["compute_sleep"] + out["compute_gpu"]
-    return out
+    return out, ck

@@ -52,15 +52,37 @@ def data():
     shutil.rmtree(out, ignore_errors=True)
 
 
+def dlio_loads(out: Path) -> list[float]:
+    """DLIO's own timing of the loop (rank 0, one epoch): the seconds it waited
+    for each batch (its `load` per step)."""
+    o = json.loads((out / "0_output.json").read_text())
+    return [x for epoch, d in o.items() if epoch.isdigit()
+            for block in d["load"].values() for x in block]
+
+
 def run_dlio(tmp_path, data, *overrides, prefix=()):
-    """One traced DLIO run: (DLIO's summary metrics, iotrace's verdict)."""
+    """One traced DLIO run of one epoch: (DLIO's summary metrics, iotrace's
+    verdict). The loop's data waits agree with DLIO's own timing of them
+    within 5% or 5 ms a step. The first step is left out on both sides, as
+    DLIO's AU leaves it out: DLIO's first `load` also times its lazy imports
+    and the workers' start (under a cold cache, seconds of page faults)."""
     out = tmp_path / "dlio"
     proc, trace = trace_run(tmp_path / "trace", *prefix, *dlio_args(data, out, *overrides),
                             env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metric = json.loads((out / "summary.json").read_text())["metric"]
-    v = build_report(trace, Targets()).verdict
-    print(f"DLIO AU {metric['train_au_mean_percentage']:.1f}% "
+    report = build_report(trace, Targets())
+    v = report.verdict
+    loads = dlio_loads(out)
+    # iotrace's first wait is inside DLIO's first step (it starts at the first
+    # poll of the workers' pipe); a batch the workers had ready before it was
+    # asked for is a wait of a millisecond or two DLIO counts and iotrace may not
+    waits = [(e - s) / 1e9 for s, e in report.loop_states[0].waits]
+    theirs, ours = sum(loads[1:]), sum(waits[1:])
+    tol = max(0.05 * theirs, 0.005 * (len(loads) - 1))
+    assert abs(ours - theirs) <= tol, (ours, theirs, tol, v["summary"])
+    print(f"waits after step 1: DLIO {theirs:.3f} s, iotrace {ours:.3f} s ({len(loads)} steps); "
+          f"DLIO AU {metric['train_au_mean_percentage']:.1f}% "
           f"{metric['train_io_mean_MB_per_second']:.0f} MiB/s | iotrace AU "
           f"{v['accelerator_utilization']:.1%} {v['read_bytes_per_s'] / MiB:.0f} MiB/s "
           f"{v['status']} stall {v['stall']}")
@@ -100,11 +122,23 @@ def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
     """Cold cache, storage throttled to 50 MB/s, 0.05 s of compute: DLIO's AU is
     low and its read rate is the throttle's; the cause is fetching."""
     with cold_throttled_reads(data, 50 * 1000 * 1000) as prefix:
-        m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05",
-                        "++workload.train.epochs=1", prefix=prefix)
+        m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05", prefix=prefix)
     theirs = m["train_au_mean_percentage"] / 100
     assert v["status"] == "io-bound", v["summary"]
-    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.05), (theirs, v["summary"])
+    # 2.6 points apart when measured: iotrace's window takes in the first step's
+    # wait, which DLIO leaves out, and counts DLIO's own per-step work as compute
+    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.04), (theirs, v["summary"])
     assert max(v["stall"], key=v["stall"].get) == "fetch", v["stall"]
     rate = m["train_io_mean_MB_per_second"] * MiB
     assert v["read_bytes_per_s"] == pytest.approx(rate, rel=0.2), (v["read_bytes_per_s"], rate)
+
+
+def test_dlio_starved_by_slow_storage_near_zero_au(tmp_path, data):
+    """Cold cache, storage throttled to 20 MB/s, 5 ms of compute a step: each
+    8 MiB batch takes ~0.4 s to read; DLIO's AU is near 0, and so is iotrace's."""
+    with cold_throttled_reads(data, 20 * 1000 * 1000) as prefix:
+        m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.005", prefix=prefix)
+    theirs = m["train_au_mean_percentage"] / 100
+    assert theirs < 0.05
+    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
+    assert v["status"] == "io-bound" and max(v["stall"], key=v["stall"].get) == "fetch"

@@ -26,7 +26,7 @@ from iotrace.analyzers.report import build_report
 from iotrace.viewers import html as htmlview
 
 MiB = 1 << 20
-PLOTS = ("throughput", "sizes", "latency", "offsets")
+PLOTS = ("loop", "throughput", "sizes", "latency", "offsets")
 EVIL_PATH = "/data/<script>alert(1)</script>&b.bin"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium"
                                         if os.path.exists("/usr/bin/chromium") else None)

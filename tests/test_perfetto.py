@@ -61,6 +61,8 @@ def check(tr) -> dict:
     slices = []              # (track, name, ts, end, {annotation: value})
     instants = []            # (track, name, ts)
     counters = defaultdict(list)
+    flows_out: dict[int, tuple] = {}    # flow id -> (track, name, ts) of the slice it leaves
+    flows_in: dict[int, tuple] = {}     # flow id -> (track, name, ts) of the event it ends at
     for p in tr.packet:
         seq = p.trusted_packet_sequence_id
         assert seq, "every packet has a sequence id"
@@ -96,6 +98,12 @@ def check(tr) -> dict:
                 anns[key] = strings[seq][a.string_value_iid].decode()
             else:
                 anns[key] = getattr(a, a.WhichOneof("value"))
+        for f in te.flow_ids:
+            assert f not in flows_out, f"flow {f} leaves two events"
+            flows_out[f] = (te.track_uuid, name, p.timestamp)
+        for f in te.terminating_flow_ids:
+            assert f not in flows_in, f"flow {f} ends twice"
+            flows_in[f] = (te.track_uuid, name, p.timestamp)
         if te.type == BEGIN:
             stack[te.track_uuid].append((name, p.timestamp, anns))
         elif te.type == END:
@@ -110,9 +118,10 @@ def check(tr) -> dict:
             counters[te.track_uuid].append((p.timestamp, te.double_counter_value))
     open_ = {k: v for k, v in stack.items() if v}
     assert not open_, f"slices left open: {open_}"
+    assert set(flows_out) == set(flows_in), "every flow has both ends"
     by_name = {d.name: u for u, d in desc.items() if d.name}
     return dict(desc=desc, slices=slices, instants=instants, counters=counters,
-                by_name=by_name)
+                by_name=by_name, flows=[(flows_out[f], flows_in[f]) for f in flows_out])
 
 
 def counter_bytes(points, bin_ns=pf.BIN_NS) -> float:
@@ -261,7 +270,7 @@ def test_real_trace(tmp_path):
     life = t.con.execute(f"select count(*) from events where op in "
                          f"{pf.sql_list(pf.LIFE_OPS)}").fetchone()[0]
     assert stats["merged_calls"] == 0
-    calls = [s for s in r["slices"] if s[0] != r["by_name"]["phases"]]
+    calls = [s for s in r["slices"] if r["desc"][s[0]].name not in ("phases", "training loop")]
     assert len(calls) + life == t.meta["events"] == stats["events"]
     proc_tracks = [i for i in r["instants"] if r["desc"][i[0]].HasField("process")]
     assert len(proc_tracks) == life

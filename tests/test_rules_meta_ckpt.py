@@ -320,6 +320,41 @@ def test_gap_edge(tmp_path, gap, count):
     assert [f.evidence["count"] for f in got] == ([count] if count else [])
 
 
+@pytest.mark.parametrize("same_path", [False, True])
+def test_checkpoints_half_a_second_apart_are_each_found(tmp_path, same_path):
+    """Four 48 MiB checkpoints 0.9 s apart (start to start), each opened for
+    writing, written, synced and closed: four bursts, whether each goes to a
+    new file or the same path is rewritten."""
+    events, files = [ev("futex", ts=0, dur=0, fd=-1)], []
+    for k in range(4):
+        fid = 0 if same_path else k
+        evs, _ = burst(SEC + k * 9 * SEC // 10, fid, 48, MiB, 4_000_000, 50_000_000)
+        events += evs
+        if fid == k:
+            files.append((fid, f"/ckpt/step{k}.pt"))
+    f = one(synth_trace(tmp_path, events + [end_marker(5 * SEC)], files=files), CB)
+    assert f.evidence["count"] == 4
+    assert f.evidence["mean_interval_s"] == pytest.approx(0.9)
+    assert [x["bytes"] for x in f.examples] == [48 * MiB] * 4
+    # the job only checkpoints: its writing thread is the loop, blocked 0.242 s each time
+    assert [x["loop_blocked_s"] for x in f.examples] == [pytest.approx(0.242)] * 4
+
+
+@pytest.mark.parametrize("gap,count", [(SEC // 4 - 1, 2), (SEC // 4, 4)])
+def test_shards_written_one_after_the_other_are_one_checkpoint(tmp_path, gap, count):
+    """Each checkpoint: model.pt, then optim.pt `gap` after it closed (one
+    thread, two files); two checkpoints 5 s apart. Under merge_gap_s (0.25 s)
+    apart the two files are one checkpoint."""
+    events, files = [ev("futex", ts=0, dur=0, fd=-1)], []
+    for k in range(2):
+        a, end = burst(SEC + k * 5 * SEC, 2 * k, 4, MiB, 1_000_000, 1_000_000)
+        b, _ = burst(end + gap, 2 * k + 1, 4, MiB, 1_000_000, 1_000_000, fd=6)
+        events += a + b
+        files += [(2 * k, f"/ckpt/{k}/model.pt"), (2 * k + 1, f"/ckpt/{k}/optim.pt")]
+    f = one(synth_trace(tmp_path, events + [end_marker(10 * SEC)], files=files), CB)
+    assert f.evidence["count"] == count
+
+
 @pytest.mark.parametrize("size,found", [(MiB, True), (MiB - 1, False)])
 def test_min_burst_bytes_edge(tmp_path, size, found):
     got = findings(periodic(tmp_path, nwrites=1, wsize=size), CB)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import iotrace
 from iotrace.analyzers.base import Targets
 from iotrace.analyzers.report import build_report
 
@@ -73,6 +74,47 @@ def test_prep_bound_workers(tmp_path, dataset):
     assert v["time_budget_s"]["compute_sleep"] > 0.5 * sum(truth["compute_s"])
 
 
+def test_timeline_of_the_loop(tmp_path, dataset):
+    """Perfetto gets a "training loop" track under the loop's thread: its states
+    tile the window, the waits are the verdict's, and each wait has a flow to
+    the worker thread that ended it. The HTML report plots the same states."""
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from iotrace.viewers import perfetto as pf
+    from iotrace.viewers.html import STATE_COLOURS, render_html
+    from test_html import figures
+    from test_perfetto import check
+    truth, v, report = train(tmp_path, dataset, "--workers", "2", "--prep", "0.02",
+                             "--compute", "0.01", "--compute-kind", "sleep")
+    trace = iotrace.open_trace(tmp_path / "trace")
+    stats = pf.export(trace, tmp_path / "t.pftrace", report=report)
+    r = check(pb.Trace.FromString((tmp_path / "t.pftrace").read_bytes()))
+    loop_tracks = [u for u, d in r["desc"].items() if d.name == "training loop"]
+    assert len(loop_tracks) == 1
+    parent = r["desc"][r["desc"][loop_tracks[0]].parent_uuid]
+    assert parent.thread.tid == truth["tid"]
+    states = sorted((s for s in r["slices"] if s[0] == loop_tracks[0]), key=lambda s: s[2])
+    assert stats["loop_states"] == len(states)
+    win = v["training_window"]
+    assert (states[0][2], states[-1][3]) == (win["start_ns"], win["end_ns"])
+    assert all(a[3] == b[2] for a, b in zip(states, states[1:]))      # they tile the window
+    waits = [s for s in states if s[1].startswith("data wait")]
+    assert len(waits) == v["loops"][0]["data_waits"]
+    assert sum(s[3] - s[2] for s in waits) / 1e9 == pytest.approx(
+        v["time_budget_s"]["data_wait"], abs=1e-3)          # the verdict rounds to ms
+    # prep-bound: most waits are named by it
+    assert sum(s[1] == "data wait: prep" for s in waits) > len(waits) / 2
+    # flows: from a wait on the loop's track to an instant on a worker's thread
+    assert len(r["flows"]) >= 0.8 * len(waits)
+    for (src, dst) in r["flows"]:
+        assert src[0] == loop_tracks[0] and src[1].startswith("data wait")
+        wt = r["desc"][r["desc"][dst[0]].parent_uuid].thread
+        assert wt.pid != truth["pid"]                  # a worker process woke it
+        assert dst[2] >= src[2]
+    fig = figures(render_html(report, trace))["loop"]
+    assert fig.count("<svg") == 1                 # text is drawn as paths: look for colours
+    assert STATE_COLOURS["data wait: prep"] in fig and STATE_COLOURS["compute"] in fig
+
+
 def test_more_busy_workers_than_cores_is_cpu_starved(tmp_path, dataset):
     n = 3 * (os.cpu_count() or 2)
     truth, v, _ = train(tmp_path, dataset, "--workers", str(n), "--prep", "0.02",
@@ -120,10 +162,17 @@ def test_checkpoint_only_job_is_not_io_bound(tmp_path):
         "    os.rename(p + '.tmp', p)\n")
     proc, trace = trace_run(tmp_path / "trace", sys.executable, str(script))
     assert proc.returncode == 0, proc.stderr
-    v = build_report(trace, Targets(read_bps=1 << 30)).verdict
+    r = build_report(trace, Targets(read_bps=1 << 30))
+    v = r.verdict
     assert v["status"] == "not-io-bound", v["summary"]
     assert v["data_wait_share"] < 0.05
-    assert v["bytes_written"] >= 0
+    assert v["loops"][0]["how"] == "checkpoint-only"
+    ck = [f for f in r.findings if f.id == "checkpoint-burst"]
+    assert len(ck) == 1 and ck[0].evidence["count"] == 4, [f.summary for f in ck]
+    # each checkpoint blocked the loop: it writes them itself
+    assert all(x["loop_blocked_s"] > 0 for x in ck[0].examples), ck[0].examples
+    assert v["time_budget_s"]["checkpoint"] == pytest.approx(
+        sum(x["loop_blocked_s"] for x in ck[0].examples), rel=0.1)
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")

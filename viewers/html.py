@@ -361,7 +361,12 @@ def _plots(con, report, t0: int, t1: int) -> list[str]:
           "axes.grid": True, "grid.color": "#e3e7eb", "grid.linewidth": 0.7,
           "axes.axisbelow": True, "svg.fonttype": "path", "svg.hashsalt": "iotrace",
           "axes.edgecolor": "#8a949e", "axes.titlelocation": "left"}
-    plots = [("throughput", "wide", _plot_throughput,
+    plots = [("loop", "wide", _plot_loop,
+              "What each training loop thread did over the training window (only): compute (grey), "
+              "waiting for data (coloured by what its producers were doing then: fetch = "
+              "blocked in reads, prep = on CPU, cpu-starved = runnable without a CPU, "
+              "transfer = handing the batch over), and writing checkpoints."),
+             ("throughput", "wide", _plot_throughput,
               "Bytes moved per time bin by file reads and writes (a call's bytes are spread "
               "over the time it took), against the read target."),
              ("sizes", "", _plot_sizes,
@@ -481,6 +486,60 @@ def _dur_label(ns: float) -> str:
         if ns >= div:
             return f"{ns / div:g} {unit}"
     return f"{ns:g} ns"
+
+
+STATE_COLOURS = {"compute": "#d5dbe1", "data wait: fetch": "#c62828",
+                 "data wait: prep": "#e8770e", "data wait: cpu_starved": "#8e24aa",
+                 "data wait: transfer": "#1f6fb4", "data wait: other": "#6d4c41",
+                 "checkpoint": "#2e7d32"}
+MAX_LOOP_ROWS = 8
+
+
+def _plot_loop(con, report, t0: int, t1: int) -> str:
+    from .loop_timeline import segments
+    states = getattr(report, "loop_states", None) or []
+    win = report.verdict.get("training_window") or {}
+    if not states or win.get("start_ns") is None:
+        return report.verdict.get("reason") or "No training loop was found in this trace."
+    lo, hi = int(win["start_ns"]), int(win["end_ns"])
+    rows = states[:MAX_LOOP_ROWS]
+    fig, (ax,) = _figure(WIDE_IN, max(2.6, 1.1 + 0.42 * len(rows)))
+    # states shorter than a pixel's worth of time are merged with their neighbour
+    # of the same kind: an SVG of 10,000 steps stays small and looks the same
+    px = max((hi - lo) / 1500, 1)
+    seen = set()
+    for row, st in enumerate(rows):
+        bars: dict[str, list] = {}
+        for seg in segments(st, lo, hi):
+            if seg.state == "compute":
+                continue
+            b = bars.setdefault(seg.label, [])
+            x, w = (seg.start_ns - t0) / 1e9, (seg.end_ns - seg.start_ns) / 1e9
+            if b and x - (b[-1][0] + b[-1][1]) < px / 1e9:
+                b[-1] = (b[-1][0], x + w - b[-1][0])
+            else:
+                b.append((x, w))
+        ax.broken_barh([((lo - t0) / 1e9, (hi - lo) / 1e9)], (row - 0.35, 0.7),
+                       color=STATE_COLOURS["compute"], lw=0,
+                       label=None if "compute" in seen else "compute")
+        seen.add("compute")
+        for label, b in bars.items():
+            ax.broken_barh(b, (row - 0.35, 0.7), color=STATE_COLOURS.get(label, "#555"), lw=0,
+                           label=None if label in seen else label.replace("_", "-"))
+            seen.add(label)
+    ax.set_yticks(range(len(rows)), [f"tid {st.tid}" for st in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    pad = (hi - lo) * 0.01
+    ax.set_xlim((lo - pad - t0) / 1e9, (hi + pad - t0) / 1e9)     # the training window
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("time since start of trace (s)")
+    more = f" (first {MAX_LOOP_ROWS} of {len(states)})" if len(states) > MAX_LOOP_ROWS else ""
+    who = f" ({rows[0].name})" if len(rows) == 1 and rows[0].name else ""
+    ax.set_title(f"Training loop{'s' if len(rows) > 1 else ''}{more}{who} over the training "
+                 "window")
+    ax.legend(loc="lower right", bbox_to_anchor=(1, 1), frameon=False, ncols=4,
+              borderaxespad=0.2)
+    return _svg_text(fig)
 
 
 def _plot_throughput(con, report, t0: int, t1: int) -> str:

@@ -84,6 +84,8 @@ import pyarrow as pa
 from iotrace import abi
 from iotrace.abi import LIFE_OPS, SYNC_OPS, sql_list
 
+from .loop_timeline import segments
+
 MAX_SLICES = 2_000_000
 BIN_NS = 10_000_000                  # counter bins: 10 ms
 PHASE_NS = 100_000_000               # phase classification windows: 100 ms
@@ -143,6 +145,10 @@ def _fd(field: int, x: float) -> bytes:
     return _key(field, I64) + struct.pack("<d", float(x))
 
 
+def _ff64(field: int, v: int) -> bytes:
+    return _key(field, I64) + struct.pack("<Q", int(v))
+
+
 # Field numbers (perfetto/protos/perfetto/trace/...)
 class F:
     TRACE_PACKET = 1                    # Trace.packet
@@ -160,6 +166,8 @@ class F:
     TE_TRACK_UUID = 11
     TE_NAME = 23
     TE_DOUBLE_COUNTER_VALUE = 44
+    TE_FLOW_IDS = 47                    # repeated fixed64
+    TE_TERMINATING_FLOW_IDS = 48
     # DebugAnnotation
     DA_NAME_IID = 1
     DA_INT = 4
@@ -495,6 +503,15 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
                                        _fb(F.TRACK_DESCRIPTOR, body)))
 
         proc_uuid: dict[int, int] = {}
+        thread_uuid: dict[tuple[int, int], int] = {}
+
+        def thread_track(pid: int, tid: int) -> int:
+            if (pid, tid) not in thread_uuid:
+                u = thread_uuid[(pid, tid)] = uuids.take()
+                describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, process_track(pid)) + _fb(
+                    F.TD_THREAD, _fv(F.THD_PID, pid) + _fv(F.THD_TID, tid) + _fb(
+                        F.THD_THREAD_NAME, thread_names.get((pid, tid)) or f"tid {tid}")))
+            return thread_uuid[(pid, tid)]
 
         def process_track(pid: int) -> int:
             if pid not in proc_uuid:
@@ -550,7 +567,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
                 u = uuids.take()
                 describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, pu) + _fb(F.TD_NAME, "RDMA"))
             elif kd == KIND_CALL:
-                u = uuids.take()
+                u = thread_uuid[(p, t)] = uuids.take()
                 tname = thread_names.get((p, t)) or f"tid {t}"
                 describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, pu) + _fb(
                     F.TD_THREAD, _fv(F.THD_PID, p) + _fv(F.THD_TID, t)
@@ -561,7 +578,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
                 parent = track_uuid[j - 1] if (j > 0 and pid[first[j - 1]] == p and
                                                tid[first[j - 1]] == t) else None
                 if parent is None:
-                    parent = uuids.take()
+                    parent = thread_uuid[(p, t)] = uuids.take()
                     tname = thread_names.get((p, t)) or f"tid {t}"
                     describe(_fv(F.TD_UUID, parent) + _fv(F.TD_PARENT_UUID, pu) + _fb(
                         F.TD_THREAD, _fv(F.THD_PID, p) + _fv(F.THD_TID, t)
@@ -664,6 +681,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             small.append(_packet(_fv(F.TIMESTAMP, tsv), _fv(F.SEQ_ID, fi_seq),
                                  _fb(F.TRACK_EVENT, te)))
             stats["findings"] += 1
+        small += _loop_tracks(report, describe, thread_track, uuids, stats)
 
         # Every track is described before any event, then batches of slices.
         out.write(b"".join(descriptors))
@@ -979,6 +997,57 @@ def _phases(r, t0: int, W: int, stats) -> list:
                 ("read_MB_per_s", round(rb[s:e].sum() / secs / 1e6, 3)),
                 ("write_MB_per_s", round(wb[s:e].sum() / secs / 1e6, 3))]
         out.append((t0 + int(s) * wn, t0 + int(e) * wn, label, anns))
+    return out
+
+
+def _loop_tracks(report, describe, thread_track, uuids, stats) -> list[bytes]:
+    """Per training loop, a track "training loop" under its thread: a slice per
+    state (compute, data wait named by its main cause, checkpoint), and a flow
+    from each wait to an instant on the thread that ended it (the worker's
+    hand-off, "wakes the training loop")."""
+    states = getattr(report, "loop_states", None) or []
+    win = (getattr(report, "verdict", None) or {}).get("training_window") or {}
+    if not states or win.get("start_ns") is None:
+        return []
+    lo, hi = int(win["start_ns"]), int(win["end_ns"])
+    out: list[bytes] = []
+    waker_track: dict[tuple[int, int], tuple[int, int]] = {}     # (pid, tid) -> (uuid, seq)
+    flow = 0
+    stats["loop_states"] = stats["loop_flows"] = 0
+    instants = []
+    for st in states:
+        u = uuids.take()
+        describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, thread_track(st.pid, st.tid))
+                 + _fb(F.TD_NAME, "training loop"))
+        seq = uuids.take()
+        for seg in segments(st, lo, hi):
+            anns = [("state", seg.state)] + [(f"{k}_ms", v) for k, v in seg.causes_ms.items()]
+            begin = _fv(F.TE_TYPE, TYPE_SLICE_BEGIN) + _fv(F.TE_TRACK_UUID, u) + _fb(
+                F.TE_NAME, seg.label) + b"".join(_annotation(k, v) for k, v in anns)
+            if seg.waker:
+                tid, pid, wake = seg.waker
+                flow += 1
+                begin += _ff64(F.TE_FLOW_IDS, flow)
+                instants.append((wake, pid, tid, flow, st.tid))
+                begin += _annotation("woken_by_tid", tid)
+            out.append(_packet(_fv(F.TIMESTAMP, seg.start_ns), _fv(F.SEQ_ID, seq),
+                               _fb(F.TRACK_EVENT, begin)))
+            out.append(_packet(_fv(F.TIMESTAMP, seg.end_ns), _fv(F.SEQ_ID, seq), _fb(
+                F.TRACK_EVENT, _fv(F.TE_TYPE, TYPE_SLICE_END) + _fv(F.TE_TRACK_UUID, u))))
+            stats["loop_states"] += 1
+    for wake, pid, tid, fid, loop_tid in sorted(instants):
+        if (pid, tid) not in waker_track:
+            wu = uuids.take()
+            describe(_fv(F.TD_UUID, wu) + _fv(F.TD_PARENT_UUID, thread_track(pid, tid))
+                     + _fb(F.TD_NAME, "wakes the training loop"))
+            waker_track[(pid, tid)] = (wu, uuids.take())
+        wu, wseq = waker_track[(pid, tid)]
+        te = (_fv(F.TE_TYPE, TYPE_INSTANT) + _fv(F.TE_TRACK_UUID, wu)
+              + _fb(F.TE_NAME, f"wakes the training loop (tid {loop_tid})")
+              + _ff64(F.TE_TERMINATING_FLOW_IDS, fid))
+        out.append(_packet(_fv(F.TIMESTAMP, wake), _fv(F.SEQ_ID, wseq),
+                           _fb(F.TRACK_EVENT, te)))
+        stats["loop_flows"] += 1
     return out
 
 
