@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
+from . import intervals as ivl
 from .base import Context
+from .epochs import find_epochs
 from .rates import human_bytes, human_rate
 from .waits import STALL_KEYS, Waits
 
@@ -18,7 +22,7 @@ STALL_WORDS = {"fetch": "blocked in storage reads (fetch)",
                "cpu_starved": "runnable but without a CPU (cpu-starved)",
                "transfer": "handing batches to the loop (transfer)",
                "other": "waiting on something else (other)"}
-HOW_WORDS = {"worker-processes": "fed by {n} loader worker thread(s) in other processes",
+HOW_WORDS = {"worker-processes": "fed by {n} loader worker process(es)",
              "loader-threads": "fed by {n} loader thread(s) of its process",
              "self-loading": "reads its data itself",
              "checkpoint-only": "reads no dataset; it writes checkpoints"}
@@ -74,8 +78,12 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     v["accelerator_utilization"] = round(au, 4)
     v["status"] = "io-bound" if share >= th["io_bound_share"] else "not-io-bound"
     loop = w.loops[0]
+    n = len(loop.producers)
+    if loop.how == "worker-processes" and loop.producers:
+        n = ctx.one(f"""select count(distinct pid) from threads
+                        where tid in ({', '.join(map(str, loop.producers))})""")[0]
     who = (f"The training loop (thread {loop.tid} '{loop.name}' of pid {loop.pid}, "
-           + HOW_WORDS[loop.how].format(n=len(loop.producers)) + ")"
+           + HOW_WORDS[loop.how].format(n=n) + ")"
            if len(w.loops) == 1 else f"The {len(w.loops)} training loops")
     bar = th["au_target"]
     text = (f"{who} waited for data {share:.0%} of the {win:.1f} s training window "
@@ -103,9 +111,47 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
         v["read_target_ratio"] = ratio
         text += (f" Against the {human_rate(t.read_bps)} read target: "
                  f"{ratio:.0%}" + (" (meets it)." if ratio >= 1 else "."))
+    v["epochs"] = epochs(ctx, w)
+    if v["epochs"]:
+        shares = [f"{e['data_wait_share']:.0%}" for e in v["epochs"]]
+        if len(shares) > 6:
+            shares = shares[:3] + ["..."] + shares[-2:]
+        text += f" Data wait by epoch ({len(v['epochs'])} seen): {', '.join(shares)}."
     v["summary"] = text
     v["budget_line"] = budget_line(w)
     return v
+
+
+def epochs(ctx: Context, w: Waits) -> list[dict]:
+    """Per epoch (analyzers/epochs.py), the mean loop's data-wait share, its
+    main stall cause, and the dataset bytes read; [] when epochs do not show."""
+    out = []
+    spans = find_epochs(ctx.con, *w.window)
+    if spans and w.states and len(w.states[0].waits):
+        # an epoch starts when the loop starts waiting for its first batch, not
+        # at the first file its workers open (after they start)
+        wt = w.states[0].waits
+        cut = [s for s, _ in spans[1:]]
+        i = np.searchsorted(wt[:, 0], cut, side="right") - 1
+        cut = [int(wt[j, 0]) if j >= 0 and wt[j, 1] > c else c for j, c in zip(i, cut)]
+        bounds = [spans[0][0]] + cut + [spans[-1][1]]
+        spans = list(zip(bounds, bounds[1:]))
+    for s, e in spans:
+        span = max(e - s, 1)
+        waits = [ivl.total(ivl.clip(st.waits, s, e)) for st in w.states]
+        causes = np.zeros(len(STALL_KEYS))
+        for st in w.states:
+            if len(st.waits):
+                causes += st.causes[(st.waits[:, 0] >= s) & (st.waits[:, 0] < e)].sum(axis=0)
+        top = STALL_KEYS[int(causes.argmax())] if causes.sum() > 0 else None
+        rd = ctx.one(f"""select coalesce(sum(nbytes), 0) from data_io where dir = 'read'
+                         and file_id in (select file_id from data_files)
+                         and ts_ns >= {s} and ts_ns < {e}""")[0]
+        out.append({"start_s": round((s - ctx.t0_ns) / 1e9, 3),
+                    "end_s": round((e - ctx.t0_ns) / 1e9, 3),
+                    "data_wait_share": round(sum(waits) / len(waits) / span, 4) if waits else None,
+                    "stall_top": top, "bytes_read": int(rd)})
+    return out
 
 
 def budget_line(w: Waits) -> Optional[str]:

@@ -121,11 +121,12 @@ def main() -> None:
                                 torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     make = {"torch": torch_batches, "threads": thread_batches, "plain": plain_batches}
-    waits, computes = [], []
+    waits, computes, epoch_waits = [], [], []
     first_request = None
     t_start = time.perf_counter()
     t_start_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     for _ in range(args.epochs):
+        epoch_waits.append(0.0)
         it = iter(make[args.loader](files, args))
         while True:
             t0 = time.perf_counter()
@@ -145,12 +146,14 @@ def main() -> None:
                     model(x.float()).pow(2).mean().backward()
                     opt.step()
             waits.append(t1 - t0)
+            epoch_waits[-1] += t1 - t0
             computes.append(time.perf_counter() - t1)
         del it
     t_end_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     Path(args.out).write_text(json.dumps({
         "pid": os.getpid(), "tid": threading.get_native_id(),
         "steps": len(waits), "wait_s": waits, "compute_s": computes,
+        "epoch_wait_s": epoch_waits,
         "window_s": time.perf_counter() - t_start,
         # from the first request for a batch (after the loader was made) to the end
         "loop_window_s": time.perf_counter() - (first_request or t_start),
