@@ -652,14 +652,22 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	}
 }
 
-static __always_inline int emit_plain(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+/* A ring-buffer record, or NULL with the drop counted. */
+static __always_inline struct iot_event *reserve_event(void)
 {
 	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
-	if (!e) {
+	if (!e)
 		count(IOT_CNT_DROPS);
+	return e;
+}
+
+static __always_inline int emit_plain(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+{
+	struct iot_event *e = reserve_event();
+
+	if (!e)
 		return 0;
-	}
 	fill_common(e, st, now, pid_tgid, ret);
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
@@ -797,9 +805,8 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!st || !st->lock_ts)
 		return 0;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	e = reserve_event();
 	if (!e) {
-		count(IOT_CNT_DROPS);
 		st->lock_ts = 0;
 		return 0;
 	}
@@ -989,9 +996,8 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	o = bpf_task_storage_get(&offcpu, next, 0, 0);
 	if (!o || !o->off_ts)
 		return 0;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	e = reserve_event();
 	if (!e) {
-		count(IOT_CNT_DROPS);
 		o->off_ts = 0;
 		return 0;
 	}
