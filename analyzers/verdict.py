@@ -136,7 +136,14 @@ def epochs(ctx: Context, w: Waits) -> list[dict]:
         cut = [int(wt[j, 0]) if j >= 0 and wt[j, 1] > c else c for j, c in zip(i, cut)]
         bounds = [spans[0][0]] + cut + [spans[-1][1]]
         spans = list(zip(bounds, bounds[1:]))
-    for s, e in spans:
+    # dataset bytes read per epoch, in one range join
+    rd = dict(ctx.rows(f"""
+        select k, sum(nbytes) from data_io d
+        join (values {', '.join(f'({k}, {s}, {e})' for k, (s, e) in enumerate(spans))})
+             as ep(k, s, e) on d.ts_ns >= ep.s and d.ts_ns < ep.e
+        where d.dir = 'read' and d.file_id in (select file_id from data_files)
+        group by k""")) if spans else {}
+    for k, (s, e) in enumerate(spans):
         span = max(e - s, 1)
         waits = [ivl.total(ivl.clip(st.waits, s, e)) for st in w.states]
         causes = np.zeros(len(STALL_KEYS))
@@ -144,13 +151,10 @@ def epochs(ctx: Context, w: Waits) -> list[dict]:
             if len(st.waits):
                 causes += st.causes[(st.waits[:, 0] >= s) & (st.waits[:, 0] < e)].sum(axis=0)
         top = STALL_KEYS[int(causes.argmax())] if causes.sum() > 0 else None
-        rd = ctx.one(f"""select coalesce(sum(nbytes), 0) from data_io where dir = 'read'
-                         and file_id in (select file_id from data_files)
-                         and ts_ns >= {s} and ts_ns < {e}""")[0]
         out.append({"start_s": round((s - ctx.t0_ns) / 1e9, 3),
                     "end_s": round((e - ctx.t0_ns) / 1e9, 3),
                     "data_wait_share": round(sum(waits) / len(waits) / span, 4) if waits else None,
-                    "stall_top": top, "bytes_read": int(rd)})
+                    "stall_top": top, "bytes_read": int(rd.get(k, 0))})
     return out
 
 

@@ -17,9 +17,9 @@ PSEUDO_FS = ("proc", "sysfs", "devpts", "devtmpfs", "cgroup", "cgroup2", "debugf
 PSEUDO_PATH_RE = r"^/(proc|sys)(/|$)"
 
 
-def pseudo_fs_sql(files: str = "files") -> str:
+def pseudo_fs_sql() -> str:
     """SQL predicate on an events row: the call is on a kernel pseudo file system."""
-    return (f"""((file_id >= 0 and file_id in (select file_id from {files}
+    return (f"""((file_id >= 0 and file_id in (select file_id from files
                                                where fs_type in {sql_list(PSEUDO_FS)}))
                 or (file_id < 0 and regexp_matches(coalesce(path, ''), '{PSEUDO_PATH_RE}')))""")
 

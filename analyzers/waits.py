@@ -367,14 +367,20 @@ def _col(labels: np.ndarray) -> np.ndarray:
 
 
 def _add(per: np.ndarray, eps: np.ndarray, starts: np.ndarray, amounts, col) -> None:
-    """Adds amounts (ns) to the episodes the pieces starting at `starts` lie in."""
-    if len(starts) == 0:
-        return
+    """Adds amounts (ns; an array or one value) to column(s) `col` of the
+    episodes the pieces starting at `starts` lie in."""
     i = np.searchsorted(eps[:, 0], starts, side="right") - 1
     ok = i >= 0
-    cols = col[ok] if isinstance(col, np.ndarray) else col
-    amts = amounts[ok] if isinstance(amounts, np.ndarray) else amounts
-    np.add.at(per, (i[ok], cols), amts)
+    np.add.at(per, (i[ok], np.broadcast_to(col, i.shape)[ok]),
+              np.broadcast_to(amounts, i.shape)[ok])
+
+
+def _per_episode(eps: np.ndarray, iv: np.ndarray) -> np.ndarray:
+    """Ns of the intervals `iv` (each inside one episode) per episode."""
+    i = np.searchsorted(eps[:, 0], iv[:, 0], side="right") - 1
+    ok = i >= 0
+    return np.bincount(i[ok], weights=(iv[ok, 1] - iv[ok, 0]).astype(float),
+                       minlength=len(eps))
 
 
 def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
@@ -402,10 +408,7 @@ def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
     l_blk = ivl.intersect(ivl.union(_blocked(off)), eps)
     # the loop's own time: on CPU -> transfer, runnable -> cpu_starved
     ep_len = (eps[:, 1] - eps[:, 0]).astype(float)
-    run_ep = np.zeros(len(eps))
-    blk_ep = np.zeros(len(eps))
-    _add(run_ep[:, None], eps, l_run[:, 0], (l_run[:, 1] - l_run[:, 0]).astype(float), 0)
-    _add(blk_ep[:, None], eps, l_blk[:, 0], (l_blk[:, 1] - l_blk[:, 0]).astype(float), 0)
+    run_ep, blk_ep = _per_episode(eps, l_run), _per_episode(eps, l_blk)
     per[:, starved] += run_ep
     per[:, transfer] += ep_len - run_ep - blk_ep
     segs = []

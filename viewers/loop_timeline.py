@@ -29,10 +29,8 @@ class Segment:
 def segments(st, lo: int, hi: int) -> list[Segment]:
     """The loop's window [lo, hi] cut into waits, checkpoints and compute, in time order."""
     out = []
-    for i, (s, e) in enumerate(st.waits):
-        per = st.causes[i] if len(st.causes) > i else np.zeros(len(STALL_KEYS))
+    for (s, e), per, (tid, pid, wake) in zip(st.waits, st.causes, st.wakers.tolist()):
         cause = STALL_KEYS[int(np.argmax(per))] if per.sum() > 0 else "other"
-        tid, pid, wake = (int(x) for x in st.wakers[i]) if len(st.wakers) > i else (-1, -1, -1)
         out.append(Segment(int(s), int(e), "data wait", cause,
                            {k: round(float(v) / 1e6, 3) for k, v in zip(STALL_KEYS, per) if v > 0},
                            (tid, pid, max(wake, int(s))) if tid > 0 else ()))
