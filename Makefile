@@ -68,12 +68,12 @@ $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-BPF_OBJS := iotrace netfs rdma verbs
+BPF_OBJS := iotrace block netfs rdma verbs
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o)
 RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c)
 
-$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h $(BUILD)/vmlinux.h
+$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
 
 $(BUILD)/%.skel.h: $(BUILD)/%.bpf.o

@@ -36,6 +36,7 @@ def create_views(con) -> None:
         create or replace temp table io as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,
                e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
+               e.arg as cache_added,
                f.path, f.fs_type,
                case when e.op in {sql_list(READ_OPS)} then 'read' else 'write' end as dir
         from events e join files f using (file_id)

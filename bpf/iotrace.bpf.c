@@ -30,6 +30,7 @@
 #define F_DUPFD_CLOEXEC_ 1030
 #define FUTEX_CMD_MASK_ 0x7f
 #define S_IFMT_ 0170000
+#define S_IFREG_ 0100000
 #define S_IFSOCK_ 0140000
 #define S_IFCHR_ 0020000
 #define S_IFBLK_ 0060000
@@ -42,33 +43,8 @@ const volatile __u8 sys_op[IOT_MAX_SYSCALLS] = {};
 const volatile __u64 wakeup_bytes = 1 << 20;
 
 #include "shared_maps.h"
+#include "task_state.h"
 
-/* Per-thread state between entry and exit of a call, and of a lock wait. */
-struct inflight {
-	__u64 ts;
-	__u64 a[6];
-	__s64 pos;
-	__u64 ino;
-	__u32 dev;
-	__u32 magic;
-	__u16 imode;
-	__u16 op;
-	__u16 eflags;
-	__u16 pad16;
-	__u32 xmode;      /* the fd's kind detail: socket family or char/block dev_t */
-	__u32 pad2;
-	__u64 lock_ts;
-	__u64 lock_addr;
-	__u32 lock_flags;
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct inflight);
-} inflight SEC(".maps");
 
 /* Scratch space for records that carry a payload (paths, argv, names). */
 struct big_event {
@@ -121,6 +97,48 @@ static __always_inline void blank_event(struct iot_event *e, __u16 op, __u32 pid
 	e->offset = -1;
 	e->fd = -1;
 	e->dirfd = -1;
+}
+
+/* A ring-buffer record, or NULL with the drop counted. */
+static __always_inline struct iot_event *reserve_event(void)
+{
+	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e)
+		count(IOT_CNT_DROPS);
+	return e;
+}
+
+/*
+ * A user page fault on a file mapping is pending until the thread's next
+ * fault, system call or exit: then its record is written with the page-cache
+ * bytes the thread added for that file meanwhile (0: a minor fault, the page
+ * was cached) and the time it was blocked off CPU meanwhile. Nothing else a
+ * thread does between leaving the fault and its next kernel entry can add
+ * pages or block, so both are the fault's own.
+ */
+static __always_inline void flush_fault(struct inflight *st, __u32 pid, __u32 tid)
+{
+	struct iot_event *e;
+
+	if (!st->fault_ts)
+		return;
+	e = reserve_event();
+	if (e) {
+		blank_event(e, IOT_PAGE_FAULT, pid, tid);
+		e->ts_ns = st->fault_ts;
+		e->dur_ns = st->fault_blocked;
+		e->ret = st->fault_added;
+		e->offset = st->fault_off;
+		e->arg = st->fault_addr;
+		e->flags = st->fault_error;
+		e->ino = st->fault_ino;
+		e->dev = st->fault_dev;
+		e->fs_magic = st->fault_magic;
+		e->imode = st->fault_imode;
+		bpf_ringbuf_submit(e, rb_flags());
+	}
+	st->fault_ts = 0;
 }
 
 static __always_inline struct file *fd_file(struct task_struct *task, int fd)
@@ -268,10 +286,15 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 	if (id < 0 || id >= IOT_MAX_SYSCALLS)
 		return 0;
 	op = sys_op[id];
-	if (!op)
-		return 0;
 	tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!is_traced(tgid))
+	if (!maybe(tgid))
+		return 0;
+	/* any system call ends a pending page fault */
+	task = bpf_get_current_task_btf();
+	st = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (st && st->fault_ts)
+		flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
+	if (!op || !is_traced(tgid))
 		return 0;
 
 	/* tp_btf: regs is a trusted pointer, read directly (no helper call). */
@@ -295,13 +318,14 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 			return 0;
 	}
 
-	task = bpf_get_current_task_btf();
-	st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st)
+		st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(IOT_CNT_NO_STORAGE);
 		return 0;
 	}
 	st->op = op;
+	st->cache_added = 0;
 	st->eflags = 0;
 	st->pos = -1;
 	st->ino = 0;
@@ -440,6 +464,10 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	e->imode = st->imode;
 	e->eflags = st->eflags;
 	e->str_len = 0;
+
+	/* reads and writes: page-cache bytes the call added for its file */
+	if (op <= IOT_PWRITEV2)
+		e->arg = st->cache_added;
 
 	switch (op) {
 	case IOT_READ: case IOT_WRITE:
@@ -652,16 +680,6 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	}
 }
 
-/* A ring-buffer record, or NULL with the drop counted. */
-static __always_inline struct iot_event *reserve_event(void)
-{
-	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-
-	if (!e)
-		count(IOT_CNT_DROPS);
-	return e;
-}
-
 static __always_inline int emit_plain(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
 {
 	struct iot_event *e = reserve_event();
@@ -748,6 +766,17 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 	pid_tgid = bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
 
+	/* a file the job read or wrote: what kernel threads submit for it
+	 * (writeback, bios a throttle held back) is the job's */
+	if (st->op <= IOT_PWRITEV2 && ret > 0 && (st->imode & S_IFMT_) == S_IFREG_ && st->ino) {
+		struct file_key k = { .ino = st->ino, .dev = st->dev };
+		__u64 *known = bpf_map_lookup_elem(&job_files, &k);
+		__u64 v = (pid_tgid >> 32) | (st->op >= IOT_WRITE ? IOT_JOB_WROTE : IOT_JOB_READ);
+		if (known && (__u32)*known == (__u32)v)
+			v |= *known;
+		if (!known || *known != v)
+			bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
+	}
 	p1 = path_args(st->op, &p2);
 	if (p1 >= 0)
 		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
@@ -906,11 +935,15 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 {
 	__u32 tgid = p->tgid;
 	struct big_event *b;
+	struct inflight *st;
 	int code;
 	bool group_dead;
 
 	if (!is_traced(tgid))
 		return 0;
+	st = bpf_task_storage_get(&inflight, p, 0, 0);
+	if (st && st->fault_ts)
+		flush_fault(st, tgid, p->pid);
 	code = BPF_CORE_READ(p, exit_code);
 	group_dead = BPF_CORE_READ(p, signal, live.counter) == 0;
 	if (group_dead) {
@@ -1008,6 +1041,12 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	e->ret = (__u32)o->waker;
 	e->arg = o->waker >> 32;
 	e->offset = o->wake_ts ? (__s64)(o->wake_ts - o->off_ts) : -1;
+	if (o->state) {
+		/* blocked (not preempted) during a page fault: the fault's stall */
+		struct inflight *st = bpf_task_storage_get(&inflight, next, 0, 0);
+		if (st && st->fault_ts)
+			st->fault_blocked += e->dur_ns;
+	}
 	o->off_ts = 0;
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
@@ -1029,5 +1068,126 @@ int BPF_PROG(iot_sched_waking, struct task_struct *p)
 		return 0;
 	o->wake_ts = bpf_ktime_get_ns();
 	o->waker = bpf_get_current_pid_tgid();
+	return 0;
+}
+
+/* ---- page cache and page faults ---------------------------------------- */
+
+/* Local CO-RE flavours of struct folio: 6.1 keeps the order of a large folio
+ * in _folio_order, later kernels in the low byte of _flags_1. */
+struct folio___v61 { unsigned char _folio_order; } __attribute__((preserve_access_index));
+struct folio___v67 { unsigned long _flags_1; } __attribute__((preserve_access_index));
+
+static __always_inline __u64 folio_bytes(struct folio *f)
+{
+	unsigned long flags = 0;
+	unsigned int order = 0;
+
+	/* the page flags word is first in a folio on every kernel (an unsigned
+	 * long in 6.1, a struct holding one in 6.17+: no CO-RE relocation fits both) */
+	bpf_probe_read_kernel(&flags, sizeof(flags), f);
+	if (flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head))) {
+		struct folio___v61 *o = (void *)f;
+		struct folio___v67 *n = (void *)f;
+		if (bpf_core_field_exists(o->_folio_order))
+			order = BPF_CORE_READ(o, _folio_order);
+		else if (bpf_core_field_exists(n->_flags_1))
+			order = BPF_CORE_READ(n, _flags_1) & 0xff;
+	}
+	return 4096ULL << (order & 31);
+}
+
+/* Pages enter the page cache in the context of the thread that needs them
+ * (a read's demand misses and readahead, a fault's): counted for the call or
+ * fault in flight when they belong to its file; other additions by the job
+ * (directories, writes' new pages, io_uring) only in a counter. */
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(iot_cache_add, struct folio *folio)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct inode *host;
+	struct inflight *st;
+	__u64 ino, bytes;
+	__u32 dev;
+
+	if (!maybe(tgid))
+		return 0;
+	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (!st)
+		return 0;
+	host = BPF_CORE_READ(folio, mapping, host);
+	ino = BPF_CORE_READ(host, i_ino);
+	dev = BPF_CORE_READ(host, i_sb, s_dev);
+	bytes = folio_bytes(folio);
+	if (st->op && st->op <= IOT_PWRITEV2 && ino == st->ino && dev == st->dev)
+		st->cache_added += bytes;
+	else if (st->fault_ts && ino == st->fault_ino && dev == st->fault_dev)
+		st->fault_added += bytes;
+	else if (is_traced(tgid))
+		count_add(IOT_CNT_CACHE_OTHER_BYTES, bytes);
+	return 0;
+}
+
+struct vma_file {
+	__u64 ino;
+	__s64 off;
+	__u32 dev;
+	__u32 magic;
+	__u16 imode;
+	__u64 addr;
+};
+
+static long vma_file_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct vma_file *f = data;
+	struct file *file = vma->vm_file;
+	struct inode *inode;
+
+	if (!file)
+		return 0;
+	inode = BPF_CORE_READ(file, f_inode);
+	f->ino = BPF_CORE_READ(inode, i_ino);
+	f->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	f->magic = BPF_CORE_READ(inode, i_sb, s_magic);
+	f->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
+	f->off = (((f->addr - vma->vm_start) >> 12) + vma->vm_pgoff) << 12;
+	return 0;
+}
+
+/* A user-mode page fault of a traced thread: kept pending when the address
+ * is in a file mapping (anonymous memory is not I/O). */
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(iot_page_fault, unsigned long address, struct pt_regs *regs,
+	     unsigned long error_code)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task;
+	struct vma_file f = { .addr = address };
+	struct inflight *st;
+
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	task = bpf_get_current_task_btf();
+	st = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (st && st->fault_ts)
+		flush_fault(st, pid_tgid >> 32, (__u32)pid_tgid);
+	if (bpf_find_vma(task, address, vma_file_cb, &f, 0) || !f.ino)
+		return 0;
+	if (!st)
+		st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(IOT_CNT_NO_STORAGE);
+		return 0;
+	}
+	st->fault_addr = address;
+	st->fault_off = f.off;
+	st->fault_ino = f.ino;
+	st->fault_dev = f.dev;
+	st->fault_magic = f.magic;
+	st->fault_imode = f.imode;
+	st->fault_error = error_code;
+	st->fault_added = 0;
+	st->fault_blocked = 0;
+	st->fault_ts = bpf_ktime_get_ns();
 	return 0;
 }

@@ -119,6 +119,22 @@ enum iot_op {
 	 * (0: preempted, still runnable), ret = waker thread id (0: none seen),
 	 * arg = waker's tgid, offset = ns from switch-out to the wake-up (-1: none) */
 	IOT_OFFCPU,
+	/* a user page fault of a traced thread on a file mapping (not a system
+	 * call; ends at the thread's next fault, system call or exit): offset =
+	 * file offset of the page, arg = address, flags = x86 error code (bit 1:
+	 * write), ret = page-cache bytes the thread added for the file meanwhile
+	 * (0: minor, the page was cached), dur_ns = time blocked off CPU meanwhile */
+	IOT_PAGE_FAULT,
+	/* a block-device request of the job (bpf/block.bpf.c), at its completion:
+	 * ts_ns = issue to the driver, dur_ns = issue to completion, arg = ns from
+	 * the first bio's submission to the issue (queueing), offset = byte offset
+	 * on the device, req_bytes = bytes completed, ret = 0 or -errno, flags =
+	 * the request's op and flags (REQ_OP_* in the low byte), mode = the
+	 * device's kernel dev_t; ino/dev = the file of its first page, if any.
+	 * pid/tid = the submitter; a kernel thread's request for a file the job
+	 * read or wrote (writeback, a throttle's held bios): pid = that job
+	 * process, tid = 0, eflags IOT_EF_KTHREAD */
+	IOT_BLOCK_RQ,
 	IOT_OP_COUNT
 };
 
@@ -126,6 +142,8 @@ enum iot_op {
 #define IOT_EF_PATH_TRUNC  1  /* a path or cmdline payload was cut at its cap */
 #define IOT_EF_IOV_TRUNC   2  /* more than IOT_IOV_MAX iovecs: req_bytes is a lower bound */
 #define IOT_EF_NO_FILE     4  /* the fd did not resolve to an open file at entry */
+#define IOT_EF_KTHREAD     8  /* block request a kernel thread submitted for the job
+				 (writeback, or bios an I/O throttle held back) */
 
 /*
  * One record per call or event, 96 bytes. A payload (paths, argv, name) of
@@ -163,6 +181,9 @@ enum iot_counter {
 	IOT_CNT_NO_STORAGE,     /* entry state could not be stored (task storage full) */
 	IOT_CNT_TRACED_FULL,    /* new process not followed: traced map full */
 	IOT_CNT_KERNEL_CAPPED,  /* kernel-owned RDMA events over the per-CPU rate cap */
+	IOT_CNT_CACHE_OTHER_BYTES, /* page-cache bytes the job added outside a read,
+				      write or file fault of that file (bytes, not events) */
+	IOT_CNT_BLOCK_LOST,     /* block requests of the job not recorded (table full) */
 	IOT_CNT_MAX
 };
 

@@ -28,11 +28,16 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-static __always_inline void count(__u32 idx)
+static __always_inline void count_add(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
 	if (v)
-		(*v)++;
+		*v += n;
+}
+
+static __always_inline void count(__u32 idx)
+{
+	count_add(idx, 1);
 }
 
 #endif

@@ -32,7 +32,7 @@ def test_nfs_and_core_tests_on_debian_6_1():
     # --rwdir: the checkout may live under /tmp, which the guest replaces with its own
     cmd = [VNG, "--run", KERNELS[-1], "--disable-kvm", "--cpus", "2", "--memory", "2G", "--rw",
            f"--rwdir={ROOT}", "--exec", f"sh {ROOT}/tests/vm/run_in_vm.sh {ROOT} {out}"]
-    res = subprocess.run(["timeout", "1500", *cmd], env=env, capture_output=True, text=True)
+    res = subprocess.run(["timeout", "960", *cmd], env=env, capture_output=True, text=True)
     log = (out / "pytest.log").read_text() if (out / "pytest.log").exists() else ""
     setup = (out / "setup.log").read_text() if (out / "setup.log").exists() else ""
     print(setup, log, sep="\n")

@@ -67,7 +67,7 @@ OP_NAMES = [
     "poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2",
     "nanosleep", "clock_nanosleep", "recvfrom", "recvmsg", "sendto", "sendmsg",
     "connect", "accept", "accept4", "ioctl",
-    "offcpu",
+    "offcpu", "page_fault", "block_rq",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
@@ -115,6 +115,7 @@ KERNEL_PID = 0
 EF_PATH_TRUNC = 1
 EF_IOV_TRUNC = 2
 EF_NO_FILE = 4
+EF_KTHREAD = 8   # block request a kernel thread submitted for the job
 
 AT_FDCWD = -100
 

@@ -7,6 +7,8 @@ by signal N).
 """
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import signal
@@ -22,7 +24,7 @@ from . import __version__
 from .errors import EXIT_ENV, EXIT_NOT_FOUND, EXIT_TRACE, EXIT_USAGE, IotraceError
 from .privileges import can_trace, chown_tree, invoking_user, job_env
 from .session import Progress, Session
-from .summary import print_summary
+from .summary import print_summary, summary_json
 from .trace import open_trace
 
 def _console(stderr: bool) -> Console:
@@ -494,9 +496,24 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("trace", type=click.Path(file_okay=False))
-def summary(trace) -> None:
-    """Print what a trace holds: events, bytes, files, processes, drops."""
-    print_summary(open_trace(trace), out_console)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True,
+              help="json: totals, and per file and per block device what went through "
+                   "system calls and mmap, what the page cache served and what the "
+                   "devices moved (docs/report-json.md).")
+def summary(trace, fmt) -> None:
+    """Print what a trace holds: events, bytes, files, processes, drops, and
+    where the bytes came from (page cache or storage, which device).
+
+    \b
+    Examples:
+      iotrace summary mytrace
+      iotrace summary mytrace --format json | jq '.files[0]'
+    """
+    if fmt == "json":
+        click.echo(json.dumps(summary_json(open_trace(trace)), indent=1))
+    else:
+        print_summary(open_trace(trace), out_console)
 
 
 @cli.command(context_settings=CONTEXT)

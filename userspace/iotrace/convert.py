@@ -27,6 +27,9 @@ for _name in ("open", "openat", "openat2", "creat", "close", "close_range", "dup
               "thread_exit", "proc_exit", "task_rename") + NAMED_PAYLOAD_OPS:
     MODEL_OPS[OP[_name]] = True
 
+# Records of a file that carry no path and no fd (faults, block requests)
+STORAGE_OPS = frozenset((OP["page_fault"], OP["block_rq"]))
+
 FD_KINDS = ["none", "file", "dir", "socket", "pipe", "anon", "chr", "blk", "link", "other"]
 
 EVENTS_SCHEMA = pa.schema([
@@ -146,11 +149,16 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
             fid = cache.get(key)
             if fid is None:
                 row = recs[sel[h]]
-                fid = cache[key] = model.file_id(
-                    key[0], key[1], int(row["imode"]), int(row["fs_magic"]),
-                    model.fd_path(int(row["pid"]), int(row["fd"])))
+                if int(row["op"]) in STORAGE_OPS and key not in model.files:
+                    fid = -1   # no path to give it: counted below, not a nameless file
+                else:
+                    fid = cache[key] = model.file_id(
+                        key[0], key[1], int(row["imode"]), int(row["fs_magic"]),
+                        model.fd_path(int(row["pid"]), int(row["fd"])))
             run_ids[j] = fid
         file_id[sel] = np.repeat(run_ids, np.diff(np.append(heads, len(sel))))
+        lost = (file_id[sel] < 0) & np.isin(recs["op"][sel], list(STORAGE_OPS))
+        model.counters["storage_rows_without_file"] += int(lost.sum())
     for i, fid in overrides.items():
         file_id[i] = fid
 

@@ -84,6 +84,9 @@ class Model:
         self.counters = {
             "unresolved_paths": 0,     # relative path with unknown cwd/dirfd
             "unknown_processes": 0,    # events of a pid never announced
+            # page faults and block requests on files the job never opened
+            # (the executable and loader the kernel maps at exec)
+            "storage_rows_without_file": 0,
         }
 
     # ---- processes --------------------------------------------------------

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from .storage_io import device_names
 from . import procfs
 from .convert import convert, read_segment
 from .errors import IotraceError, EXIT_ENV, EXIT_TRACE
@@ -279,11 +280,12 @@ class Session:
             self.meta["probes"]["verbs_libraries_not_probed"] = other
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
-                          "unknown_records")})
+                          "cache_other_bytes", "block_lost", "unknown_records")})
         state = "complete"
         if self.stop_error() or not end or end.get("reason") == "error":
             state = "incomplete"
         meta_updates = dict(
+            block_devices=device_names(),
             state=state,
             stop_reason=end.get("reason", "recorder-died"),
             drops=end.get("drops", self.progress.drops),

@@ -10,6 +10,7 @@ from rich.table import Table
 from .doctor import skipped_by_reason
 from .abi import FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
+from .storage_io import files_and_devices
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
 
 # Per file, copies count as reads of their input file (file_id is the input).
@@ -73,7 +74,8 @@ def print_summary(t: Trace, console: Console) -> None:
     console.print(f"  {s.events:,} events ({drops}), read {human_bytes(s.bytes_read)}, "
                   f"wrote {human_bytes(s.bytes_written)}, {s.files:,} files, "
                   f"{s.processes} processes, {s.threads} threads")
-    lost = {k: v for k, v in s.counters.items() if v}
+    # page-cache bytes added outside reads and faults are not a loss: shown below
+    lost = {k: v for k, v in s.counters.items() if v and k != "cache_other_bytes"}
     if lost:
         console.print("  [yellow]not resolved or cut:[/yellow] "
                       + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in lost.items()))
@@ -109,3 +111,37 @@ def print_summary(t: Trace, console: Console) -> None:
         for path, rd, wr, calls in s.top_files:
             files.add_row(path or "?", human_bytes(rd), human_bytes(wr), f"{calls:,}")
         console.print(files)
+    print_storage(t, console)
+
+
+def print_storage(t: Trace, console: Console) -> None:
+    """Page cache against storage for the files read, and the block devices."""
+    io = files_and_devices(t)
+    hit = sum(f["cache_hit_bytes"] for f in io["files"])
+    miss = sum(f["cache_miss_bytes"] for f in io["files"])
+    mmap = sum(f["by_interface"]["mmap"]["read_bytes"] for f in io["files"])
+    if hit + miss:
+        console.print(f"  page cache: {human_bytes(miss)} read from storage, "
+                      f"{human_bytes(hit)} served from memory "
+                      f"({100 * hit / (hit + miss):.0f}% hits)"
+                      + (f"; {human_bytes(mmap)} through mmap" if mmap else ""))
+    for d in io["devices"]:
+        console.print(f"  device {d['name']}: read {human_bytes(d['read_bytes'])} in "
+                      f"{d['reads']:,} requests, wrote {human_bytes(d['write_bytes'])} in "
+                      f"{d['writes']:,}; service p50 {d['service_ms_p50']:.2f} ms, "
+                      f"up to {d['max_in_flight']} in flight")
+
+
+def summary_json(t: Trace) -> dict:
+    """`iotrace summary --format json`: the totals, then per file and per
+    block device (docs/report-json.md)."""
+    s = summarize(t)
+    return {
+        "trace": str(t.root), "state": t.meta.get("state"), "duration_s": s.duration_s,
+        "events": s.events, "dropped": s.drops, "bytes_read": s.bytes_read,
+        "bytes_written": s.bytes_written, "processes": s.processes, "threads": s.threads,
+        "counters": s.counters,
+        "ops": [{"op": op, "calls": calls, "bytes": nbytes, "time_s": time_s,
+                 "errors": errors} for op, calls, nbytes, time_s, errors in s.ops],
+        **files_and_devices(t),
+    }

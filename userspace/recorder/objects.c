@@ -13,6 +13,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "iotrace.h"
+#include "block.skel.h"
 #include "netfs.skel.h"
 #include "rdma.skel.h"
 #include "verbs.skel.h"
@@ -34,6 +35,20 @@ struct probe core_probes[] = {
 	CORE("kernel lock contention (end)", "contention_end", "iot_lock_end", false),
 	CORE("off-CPU intervals (sched_switch)", "sched_switch", "iot_sched_switch", false),
 	CORE("wake-ups (sched_waking)", "sched_waking", "iot_sched_waking", false),
+	CORE("page cache additions (mm_filemap_add_to_page_cache)", "mm_filemap_add_to_page_cache",
+	     "iot_cache_add", false),
+	CORE("page faults on file mappings (page_fault_user)", "page_fault_user",
+	     "iot_page_fault", false),
+};
+
+/* bpf/block.bpf.c (vmlinux tracepoints, a separate object all the same:
+ * a kernel without them still traces system calls) */
+static struct probe block_probes[] = {
+	CORE("block bio submission (block_bio_queue)", "block_bio_queue", "iot_bio_queue", false),
+	CORE("block bio split (block_split)", "block_split", "iot_bio_split", false),
+	CORE("block request issue (block_rq_issue)", "block_rq_issue", "iot_rq_issue", false),
+	CORE("block request completion (block_rq_complete)", "block_rq_complete",
+	     "iot_rq_complete", false),
 };
 
 /* bpf/netfs.bpf.c */
@@ -110,6 +125,7 @@ static struct {
 	int n;
 } probe_sets[] = {
 	{ core_probes, NPROBES(core_probes) },
+	{ block_probes, NPROBES(block_probes) },
 	{ netfs_probes, NPROBES(netfs_probes) },
 	{ rdma_probes, NPROBES(rdma_probes) },
 	{ verbs_probes, NPROBES(verbs_probes) },
@@ -147,6 +163,35 @@ static const char *find_verbs_library(const char *given)
 		if (access(candidates[i], R_OK) == 0)
 			return candidates[i];
 	return NULL;
+}
+
+/* Block requests: all three probes or none (a request is followed from its
+ * bio's submission to its completion). */
+static struct block_bpf *load_block(struct bpf_object *core, struct btf *vmlinux)
+{
+	struct block_bpf *o;
+	struct probe *p = block_probes;
+	int n = NPROBES(block_probes);
+
+	for (int i = 0; i < n; i++) {
+		if (!btf_has_tracepoint(vmlinux, p[i].tp)) {
+			skip_probes(p, n, "this kernel has no %s tracepoint", p[i].tp);
+			return NULL;
+		}
+	}
+	o = block_bpf__open();
+	if (!o) {
+		skip_probes(p, n, "cannot open the block probes: %s", strerror(errno));
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		p[i].bpf = bpf_object__find_program_by_name(o->obj, p[i].prog);
+	if (share_core_maps(o->obj, core) || block_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		block_bpf__destroy(o);
+		return NULL;
+	}
+	return o;
 }
 
 /* The optional objects: each shares the core's maps and loads only the
@@ -266,6 +311,7 @@ static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given, 
 void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			   struct btf *vmlinux)
 {
+	o->block = load_block(core, vmlinux);
 	o->netfs = load_netfs(core, vmlinux);
 	/* uprobe_multi links: kernels 6.6 and later */
 	o->uprobe_multi = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link",
@@ -276,6 +322,7 @@ void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			     const char *verbs_lib)
 {
+	attach_probes(block_probes, NPROBES(block_probes));
 	attach_probes(netfs_probes, NPROBES(netfs_probes));
 	attach_probes(rdma_probes, NPROBES(rdma_probes));
 	o->verbs = load_verbs(core, verbs_lib, o->uprobe_multi);
@@ -299,6 +346,8 @@ void destroy_optional_objects(struct optional_objects *o)
 	verbs_bpf__destroy(o->verbs);
 	rdma_bpf__destroy(o->rdma);
 	netfs_bpf__destroy(o->netfs);
+	block_bpf__destroy(o->block);
+	o->block = NULL;
 	o->verbs = NULL;
 	o->rdma = NULL;
 	o->netfs = NULL;

@@ -521,8 +521,35 @@ int main(int argc, char **argv)
 		}
 	}
 
-	if (iotrace_bpf__load(skel)) {
-		int e = errno;
+	int load_err = iotrace_bpf__load(skel) ? errno : 0;
+	if (load_err && load_err != EPERM) {
+		/* An optional probe this kernel's verifier refuses must not cost the
+		 * system calls: load again without the optional ones, each skipped
+		 * with the reason. */
+		char why[160];
+		snprintf(why, sizeof(why), "the kernel refused this probe's program (%s); %s",
+			 strerror(load_err), "`iotrace doctor` shows the verifier's log");
+		iotrace_bpf__destroy(skel);
+		skel = iotrace_bpf__open();
+		if (!skel) {
+			say("cannot open the BPF object: %s", strerror(errno));
+			btf__free(vmlinux);
+			goto out;
+		}
+		fill_syscall_table(skel);
+		bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
+		for (int i = 0; i < ncore; i++) {
+			probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
+			if (probes[i].required)
+				continue;
+			if (!probes[i].why[0])
+				snprintf(probes[i].why, sizeof(probes[i].why), "%s", why);
+			bpf_program__set_autoload(probes[i].bpf, false);
+		}
+		load_err = iotrace_bpf__load(skel) ? errno : 0;
+	}
+	if (load_err) {
+		int e = load_err;
 		say("cannot load the BPF programs: %s%s", strerror(e),
 		    e == EPERM ? " (run as root, or grant CAP_BPF and CAP_PERFMON)" : "");
 		if (last_log[0] && e != EPERM)
@@ -697,7 +724,8 @@ int main(int argc, char **argv)
 	       "\"cpu_s\":%.3f,"
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 	       "\"path_truncated\":%llu,\"no_storage\":%llu,\"traced_full\":%llu,"
-	       "\"kernel_capped\":%llu,\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
+	       "\"kernel_capped\":%llu,\"cache_other_bytes\":%llu,\"block_lost\":%llu,"
+	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
 	       (unsigned long long)tot.events,
@@ -709,6 +737,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)counter_sum(skel, IOT_CNT_NO_STORAGE),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_TRACED_FULL),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_KERNEL_CAPPED),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_CACHE_OTHER_BYTES),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_LOST),
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)

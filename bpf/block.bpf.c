@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * iotrace block side: every block-device request of the traced job, from the
+ * submission of its first bio to its completion, with the submitter and the
+ * file of its first page.
+ *
+ * - block_bio_queue runs in the submitter's context: a traced thread's bio is
+ *   the job's (its file from the first page's mapping; for O_DIRECT, whose
+ *   pages are the job's own memory, the file of the call in flight); a kernel
+ *   thread's bio of a file the job read or wrote is the job's (writeback, and
+ *   bios an I/O throttle held back and dispatches from a worker).
+ * - block_split: the front part of a split bio, likewise.
+ * - block_rq_issue: the request's head bio names its owner; the request is
+ *   kept until block_rq_complete writes the record.
+ * A separate object from iotrace.bpf.c so that a kernel without these
+ * tracepoints still traces system calls; it reuses the core's maps.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "iotrace.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define S_IFREG_ 0100000
+#define PAGE_MAPPING_ANON_ 1UL
+#define PF_KTHREAD_ 0x00200000
+
+#include "shared_maps.h"
+#include "task_state.h"
+
+/* Who a bio or request belongs to, and the file of its first page. */
+struct owner {
+	__u64 queued_ts;   /* first bio submitted */
+	__u64 issue_ts;
+	__u64 ino;
+	__u32 dev;         /* file's superblock dev_t */
+	__u32 magic;
+	__u32 pid;
+	__u32 tid;
+	__u32 bdev;        /* the block device's dev_t */
+	__u16 imode;
+	__u16 eflags;
+};
+
+/* LRU: an entry whose request never comes (a bio merged into another's
+ * request, an error path) is evicted, not leaked. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct owner);
+} bios SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct owner);
+} requests SEC(".maps");
+
+static __always_inline bool traced_tgid(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+/* The file a page belongs to (none when anonymous or not a file's page).
+ * Returns true when the page is the page cache's (a file's, or the device's
+ * own buffers: file-system metadata), false for process memory (O_DIRECT). */
+static __always_inline bool page_file(struct page *page, struct owner *o)
+{
+	unsigned long mapping = (unsigned long)BPF_CORE_READ(page, mapping);
+	struct address_space *as;
+	struct inode *host;
+
+	if (!mapping || (mapping & PAGE_MAPPING_ANON_))
+		return false;
+	as = (void *)mapping;
+	host = BPF_CORE_READ(as, host);
+	if (!host)
+		return false;
+	o->imode = BPF_CORE_READ(host, i_mode) & 0170000;
+	if (o->imode != S_IFREG_) {
+		o->imode = 0;   /* metadata (the device's own buffers), directories */
+		return true;
+	}
+	o->ino = BPF_CORE_READ(host, i_ino);
+	o->dev = BPF_CORE_READ(host, i_sb, s_dev);
+	o->magic = BPF_CORE_READ(host, i_sb, s_magic);
+	return true;
+}
+
+static __always_inline int remember_bio(struct bio *bio)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), key = (__u64)bio;
+	struct owner o = {};
+	struct page *page = BPF_CORE_READ(bio, bi_io_vec, bv_page);
+	bool cached = false;
+
+	o.pid = pid_tgid >> 32;
+	o.tid = (__u32)pid_tgid;
+	if (page)
+		cached = page_file(page, &o);
+	if (traced_tgid(o.pid)) {
+		/* O_DIRECT: the job's own pages; the file is the call's */
+		struct inflight *st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(),
+							   0, 0);
+		if (!cached && page && st && st->op && (st->imode & 0170000) == S_IFREG_) {
+			o.ino = st->ino;
+			o.dev = st->dev;
+			o.magic = st->magic;
+			o.imode = S_IFREG_;
+		}
+	} else {
+		struct file_key k = { .ino = o.ino, .dev = o.dev };
+		struct task_struct *cur = bpf_get_current_task_btf();
+		bool write = (BPF_CORE_READ(bio, bi_opf) & 0xff) == 1;   /* REQ_OP_WRITE */
+		__u64 *job;
+
+		/* only kernel threads: another process's reads of the job's files
+		 * are that process's; and writeback only of files the job wrote */
+		if (!o.ino || !(cur->flags & PF_KTHREAD_))
+			return 0;
+		job = bpf_map_lookup_elem(&job_files, &k);
+		if (!job || !(*job & (write ? IOT_JOB_WROTE : IOT_JOB_READ)))
+			return 0;
+		o.pid = (__u32)*job;
+		o.tid = 0;
+		o.eflags = IOT_EF_KTHREAD;
+	}
+	o.queued_ts = bpf_ktime_get_ns();
+	o.bdev = BPF_CORE_READ(bio, bi_bdev, bd_dev);
+	bpf_map_update_elem(&bios, &key, &o, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(iot_bio_queue, struct bio *bio)
+{
+	return remember_bio(bio);
+}
+
+/* A bio larger than the device takes is split, in the submitter's context:
+ * the front part (a new bio, the one passed here) goes on without passing
+ * block_bio_queue again. */
+SEC("tp_btf/block_split")
+int BPF_PROG(iot_bio_split, struct bio *split, unsigned int new_sector)
+{
+	return remember_bio(split);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(iot_rq_issue, struct request *rq)
+{
+	__u64 bio = (__u64)BPF_CORE_READ(rq, bio), key = (__u64)rq;
+	struct owner *o;
+	__u32 bdev;
+
+	if (!bio)
+		return 0;
+	o = bpf_map_lookup_elem(&bios, &bio);
+	if (!o)
+		return 0;
+	o->issue_ts = bpf_ktime_get_ns();
+	bdev = BPF_CORE_READ(rq, part, bd_dev);
+	if (bdev)
+		o->bdev = bdev;
+	if (bpf_map_update_elem(&requests, &key, o, BPF_ANY))
+		count(IOT_CNT_BLOCK_LOST);
+	bpf_map_delete_elem(&bios, &bio);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(iot_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	__u64 key = (__u64)rq, now = bpf_ktime_get_ns();
+	struct owner *o = bpf_map_lookup_elem(&requests, &key);
+	struct iot_event *e;
+
+	if (!o)
+		return 0;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(IOT_CNT_DROPS);
+		bpf_map_delete_elem(&requests, &key);
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->op = IOT_BLOCK_RQ;
+	e->pid = o->pid;
+	e->tid = o->tid;
+	e->fd = -1;
+	e->dirfd = -1;
+	e->ts_ns = o->issue_ts;
+	e->dur_ns = now - o->issue_ts;
+	e->arg = o->issue_ts - o->queued_ts;
+	e->offset = (__s64)BPF_CORE_READ(rq, __sector) << 9;
+	e->req_bytes = nr_bytes;
+	e->ret = error ? -5 /* EIO */ : 0;
+	e->flags = BPF_CORE_READ(rq, cmd_flags);
+	e->mode = o->bdev;
+	e->ino = o->ino;
+	e->dev = o->dev;
+	e->fs_magic = o->magic;
+	e->imode = o->imode;
+	e->eflags = o->eflags;
+	bpf_ringbuf_submit(e, 0);
+	/* a partial completion leaves the rest of the request in flight */
+	if (nr_bytes >= BPF_CORE_READ(rq, __data_len))
+		bpf_map_delete_elem(&requests, &key);
+	else
+		o->issue_ts = now;
+	return 0;
+}

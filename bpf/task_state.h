@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * State iotrace.bpf.c keeps and block.bpf.c reads (the recorder hands the
+ * core object's maps to the block object, as with shared_maps.h): each traced
+ * thread's call in flight, and the files the job read or wrote (so that the
+ * requests kernel threads submit for them, writeback and bios an I/O
+ * throttle held back, are charged to the job).
+ */
+#ifndef IOTRACE_TASK_STATE_H
+#define IOTRACE_TASK_STATE_H
+
+/* Per-thread state between entry and exit of a call, of a lock wait, and of
+ * a page fault on a file mapping. */
+struct inflight {
+	__u64 ts;
+	__u64 a[6];
+	__s64 pos;
+	__u64 ino;
+	__u32 dev;
+	__u32 magic;
+	__u16 imode;
+	__u16 op;         /* the call in flight (0: none) */
+	__u16 eflags;
+	__u16 pad16;
+	__u32 xmode;      /* the fd's kind detail: socket family or char/block dev_t */
+	__u32 pad2;
+	__u64 lock_ts;
+	__u64 lock_addr;
+	__u32 lock_flags;
+	__u32 pad;
+	/* bytes this thread added to the page cache for the call's file during
+	 * the call: what a read had to fetch from storage (demand and readahead) */
+	__u64 cache_added;
+	/* a user page fault on a file mapping, until the thread's next fault,
+	 * system call or exit (the fault tracepoint has no exit) */
+	__u64 fault_ts;
+	__u64 fault_addr;
+	__s64 fault_off;      /* file offset of the faulting page */
+	__u64 fault_ino;
+	__u32 fault_dev;
+	__u32 fault_magic;
+	__u64 fault_added;    /* page-cache bytes added for the file meanwhile */
+	__u64 fault_blocked;  /* ns blocked off CPU meanwhile (not preemption) */
+	__u32 fault_error;    /* the fault's x86 error code (bit 1: write) */
+	__u16 fault_imode;
+	__u16 pad3;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+struct file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+#define IOT_JOB_READ  (1ULL << 32)
+#define IOT_JOB_WROTE (1ULL << 33)
+
+/* Regular files the job read or wrote -> the last such tgid (low 32 bits)
+ * | IOT_JOB_READ | IOT_JOB_WROTE. LRU: the oldest go
+ * first when a job writes more files than this. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct file_key);
+	__type(value, __u64);
+} job_files SEC(".maps");
+
+#endif

@@ -1,0 +1,203 @@
+"""Page cache against storage, block devices and mmap, on real storage.
+
+Ground truth is the workload's: the file's size read cold (page cache dropped)
+must come from storage and a device, read warm from memory; fio's own JSON for
+O_DIRECT requests; a cgroup throttle for the device's rate. The files live on
+a block device: the test's tmp dir here, $IOTRACE_BLOCK_DIR in the VM (an
+ext4 on a loop device: its /tmp is tmpfs).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cold_throttled_reads, iotrace_cmd, needs_root, rows, trace_run
+
+pytestmark = needs_root()
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def blockdir(tmp_path):
+    base = Path(os.environ.get("IOTRACE_BLOCK_DIR") or tmp_path)
+    d = base / f"storage-{os.getpid()}-{tmp_path.name}"
+    d.mkdir(parents=True, exist_ok=True)
+    if os.major(os.stat(d).st_dev) == 0:
+        pytest.skip(f"{d} is not on a block device (set IOTRACE_BLOCK_DIR)")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def random_file(path: Path, mib: int) -> Path:
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(MIB))
+    return path
+
+
+def summary(out: Path) -> dict:
+    proc = iotrace_cmd("summary", "--format", "json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def file_entry(s: dict, path: Path) -> dict:
+    found = [f for f in s["files"] if f["path"] == str(path)]
+    assert found, f"{path} not in the summary's files"
+    return found[0]
+
+
+def test_cold_read_comes_from_storage_warm_from_memory(tmp_path, blockdir):
+    """dd reads the file cold, then again warm, in one job (this machine's
+    host reclaims idle page cache within seconds: the second pass must follow
+    the first at once)."""
+    data = random_file(blockdir / "data.bin", 32)
+    size = data.stat().st_size
+    drop_caches()
+    dd = f"dd if={data} of=/dev/null bs=64k status=none"
+    proc, trace = trace_run(tmp_path / "t", "sh", "-c", f"{dd}; {dd}")
+    assert proc.returncode == 0, proc.stderr
+    passes = rows(trace, """
+        select e.pid, sum(e.ret), sum(e.arg) from events e join files f using (file_id)
+        where e.op = 'read' and f.path = ? group by e.pid order by min(e.ts_ns)""", str(data))
+    assert [p[1] for p in passes] == [size, size]
+    (_, _, cold_miss), (_, _, warm_miss) = passes
+    assert abs(cold_miss - size) <= 0.05 * size
+    assert warm_miss <= 0.05 * size            # hits >= 95%
+    entry = file_entry(summary(tmp_path / "t"), data)
+    assert entry["by_interface"]["syscall"]["read_bytes"] == 2 * size
+    assert entry["cache_miss_bytes"] == cold_miss + warm_miss
+    assert entry["cache_hit_bytes"] == 2 * size - entry["cache_miss_bytes"]
+    assert abs(entry["device_read_bytes"] - entry["cache_miss_bytes"]) <= 0.05 * size
+
+
+def test_numpy_mmap_faults_bring_the_file_in(tmp_path, blockdir):
+    np = pytest.importorskip("numpy")
+    path = blockdir / "array.npy"
+    np.save(path, np.arange(4 * MIB, dtype=np.int64))   # 32 MiB
+    size = path.stat().st_size
+    drop_caches()
+    script = (f"import numpy as np; a = np.load({str(path)!r}, mmap_mode='r'); "
+              f"print(int(a.sum()))")
+    proc, trace = trace_run(tmp_path / "t", sys.executable, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    n = 4 * MIB
+    assert int(proc.stdout.split()[-1]) == n * (n - 1) // 2
+    (faults, major, faulted), = rows(trace, """
+        select count(*), count(*) filter (where e.ret > 0), coalesce(sum(e.ret), 0)
+        from events e join files f using (file_id)
+        where e.op = 'page_fault' and f.path = ?""", str(path))
+    assert major > 0 and faults >= major
+    assert abs(faulted - size) <= 0.10 * size, (faulted, size)
+    entry = file_entry(summary(tmp_path / "t"), path)
+    assert entry["by_interface"]["mmap"]["reads"] == faults
+    assert abs(entry["cache_miss_bytes"] - size) <= 0.10 * size
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_fio_mmap_engine_cold(tmp_path, blockdir):
+    data = random_file(blockdir / "fio-mmap.bin", 32)
+    size = data.stat().st_size
+    drop_caches()
+    report = tmp_path / "fio.json"
+    proc, _ = trace_run(tmp_path / "t", "fio", "--name=mm", f"--filename={data}",
+                        "--ioengine=mmap", "--rw=read", "--bs=64k", f"--size={size}",
+                        "--output-format=json", f"--output={report}")
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]
+    assert job["read"]["io_bytes"] == size
+    entry = file_entry(summary(tmp_path / "t"), data)
+    assert entry["by_interface"]["mmap"]["reads"] > 0
+    assert abs(entry["cache_miss_bytes"] - size) <= 0.10 * size
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_direct_io_requests_match_fio(tmp_path, blockdir):
+    data = random_file(blockdir / "fio-direct.bin", 16)
+    drop_caches()   # no dirty pages for O_DIRECT to flush first
+    report = tmp_path / "fio.json"
+    proc, trace = trace_run(tmp_path / "t", "fio", "--name=d", f"--filename={data}",
+                            "--ioengine=psync", "--direct=1", "--rw=randread", "--bs=4k",
+                            "--size=16M", "--io_size=4M", "--output-format=json",
+                            f"--output={report}")
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]
+    (reqs, nbytes, bad), = rows(trace, """
+        select count(*), sum(e.req_bytes), count(*) filter (where e.ret != 0)
+        from events e join files f using (file_id)
+        where e.op = 'block_rq' and f.path = ? and e.flags & 255 = 0""", str(data))
+    assert reqs == job["read"]["total_ios"]
+    assert nbytes == job["read"]["io_bytes"] and bad == 0
+    entry = file_entry(summary(tmp_path / "t"), data)
+    assert entry["device_read_bytes"] == job["read"]["io_bytes"]
+    assert entry["cache_miss_bytes"] == 0   # O_DIRECT bypasses the page cache
+
+
+def test_writeback_of_the_jobs_file_is_the_jobs(tmp_path, blockdir):
+    out = blockdir / "written.bin"
+    proc, trace = trace_run(tmp_path / "t", "sh", "-c",
+                            f"dd if=/dev/urandom of={out} bs=1M count=16 status=none; sync")
+    assert proc.returncode == 0, proc.stderr
+    entry = file_entry(summary(tmp_path / "t"), out)
+    assert abs(entry["device_write_bytes"] - 16 * MIB) <= 0.01 * 16 * MIB
+    (writeback,), = rows(trace, """
+        select count(*) from events e join files f using (file_id)
+        where e.op = 'block_rq' and f.path = ? and e.eflags & 8 != 0""", str(out))
+    (by_job,), = rows(trace, """
+        select count(*) from events e join files f using (file_id)
+        where e.op = 'block_rq' and f.path = ? and e.eflags & 8 = 0""", str(out))
+    assert writeback + by_job > 0
+
+
+def test_throttled_device_rate(tmp_path, blockdir):
+    data = random_file(blockdir / "slow.bin", 24)
+    bps = 12 * 1000 * 1000
+    with cold_throttled_reads(data, bps) as prefix:
+        proc, _ = trace_run(tmp_path / "t", *prefix, "dd", f"if={data}", "of=/dev/null",
+                            "bs=1M")
+    assert proc.returncode == 0, proc.stderr
+    s = summary(tmp_path / "t")
+    dev = max(s["devices"], key=lambda d: d["read_bytes"])
+    st = os.stat(data)
+    assert (dev["major"], dev["minor"]) == (os.major(st.st_dev), os.minor(st.st_dev)) \
+        or dev["read_bytes"] >= data.stat().st_size
+    assert abs(dev["read_bytes_per_s"] - bps) <= 0.10 * bps, dev
+
+
+def test_page_cache_finding_on_a_warm_run_only(tmp_path, blockdir):
+    """The same 80 MiB read cold: no finding; read warm (cached just before,
+    twice so that the pages are active and stay): the finding, with its share."""
+    data = random_file(blockdir / "warm.bin", 80)
+    size = data.stat().st_size
+    cmd = ("dd", f"if={data}", "of=/dev/null", "bs=1M", "status=none")
+
+    def findings(out):
+        proc = iotrace_cmd("report", str(out), "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        return {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+
+    drop_caches()
+    proc, _ = trace_run(tmp_path / "cold", *cmd)
+    assert proc.returncode == 0, proc.stderr
+    assert "page-cache-hides-storage" not in findings(tmp_path / "cold")
+
+    subprocess.run([*cmd], check=True)
+    subprocess.run([*cmd], check=True)
+    proc, _ = trace_run(tmp_path / "warm", *cmd)
+    assert proc.returncode == 0, proc.stderr
+    f = findings(tmp_path / "warm")["page-cache-hides-storage"]
+    assert f["evidence"]["read_bytes"] == size
+    assert f["evidence"]["hit_share"] >= 0.9
+    assert f["files"][0]["path"] == str(data)
