@@ -25,7 +25,6 @@ Run as root:  .venv/bin/python bench/storage_cost.py --base OLD/iotrace-recorder
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -34,8 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-NEW = ROOT / "build" / "iotrace-recorder"
+from waits_cost import NEW, fio_us, loader_s   # the same fio and loader runs
 
 MMAP = ("import sys, time, numpy as np; t = time.perf_counter(); "
         "a = np.load(sys.argv[1], mmap_mode='r'); s = int(a.sum()); "
@@ -44,27 +42,10 @@ ANON = ("import time, numpy as np; t = time.perf_counter(); a = np.empty(1 << 27
         "a.fill(1.0); print(time.perf_counter() - t)")
 
 
-def fio_us(prefix, data: Path, out: Path) -> float:
-    subprocess.run([*prefix, "fio", "--name=r", f"--filename={data}", "--rw=randread",
-                    "--bs=4k", "--ioengine=psync", "--size=256M", "--io_size=128M",
-                    "--invalidate=0", "--output-format=json", f"--output={out}"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = json.loads(out.read_text())["jobs"][0]["read"]
-    return r["runtime"] * 1000.0 / r["total_ios"]
-
-
 def script_s(prefix, code: str, *args: str) -> float:
     out = subprocess.run([*prefix, sys.executable, "-c", code, *args], check=True,
                          capture_output=True, text=True).stdout
     return float(out.split()[-1])
-
-
-def loader_s(prefix, data: Path, out: Path) -> float:
-    subprocess.run([*prefix, sys.executable, str(ROOT / "tests/workloads/train_loader.py"),
-                    str(data), str(out), "--workers", "2", "--compute", "0.005",
-                    "--epochs", "4"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return json.loads(out.read_text())["loop_window_s"]
 
 
 def main() -> None:

@@ -181,18 +181,12 @@ int BPF_PROG(iot_rq_complete, struct request *rq, blk_status_t error, unsigned i
 
 	if (!o)
 		return 0;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	e = reserve_event();
 	if (!e) {
-		count(IOT_CNT_DROPS);
 		bpf_map_delete_elem(&requests, &key);
 		return 0;
 	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->op = IOT_BLOCK_RQ;
-	e->pid = o->pid;
-	e->tid = o->tid;
-	e->fd = -1;
-	e->dirfd = -1;
+	blank_event(e, IOT_BLOCK_RQ, o->pid, o->tid);
 	e->ts_ns = o->issue_ts;
 	e->dur_ns = now - o->issue_ts;
 	e->arg = o->issue_ts - o->queued_ts;

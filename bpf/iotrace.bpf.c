@@ -87,28 +87,6 @@ static __always_inline __u64 rb_flags(void)
 		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
-/* A record with no file, offset or dirfd: the base of the non-syscall events. */
-static __always_inline void blank_event(struct iot_event *e, __u16 op, __u32 pid, __u32 tid)
-{
-	__builtin_memset(e, 0, sizeof(*e));
-	e->op = op;
-	e->pid = pid;
-	e->tid = tid;
-	e->offset = -1;
-	e->fd = -1;
-	e->dirfd = -1;
-}
-
-/* A ring-buffer record, or NULL with the drop counted. */
-static __always_inline struct iot_event *reserve_event(void)
-{
-	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-
-	if (!e)
-		count(IOT_CNT_DROPS);
-	return e;
-}
-
 /*
  * A user page fault on a file mapping is pending until the thread's next
  * fault, system call or exit: then its record is written with the page-cache

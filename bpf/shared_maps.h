@@ -40,4 +40,26 @@ static __always_inline void count(__u32 idx)
 	count_add(idx, 1);
 }
 
+/* A record with no file, offset or dirfd: the base of the non-syscall events. */
+static __always_inline void blank_event(struct iot_event *e, __u16 op, __u32 pid, __u32 tid)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->op = op;
+	e->pid = pid;
+	e->tid = tid;
+	e->offset = -1;
+	e->fd = -1;
+	e->dirfd = -1;
+}
+
+/* A ring-buffer record, or NULL with the drop counted. */
+static __always_inline struct iot_event *reserve_event(void)
+{
+	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e)
+		count(IOT_CNT_DROPS);
+	return e;
+}
+
 #endif
