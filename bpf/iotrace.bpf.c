@@ -31,6 +31,8 @@
 #define FUTEX_CMD_MASK_ 0x7f
 #define S_IFMT_ 0170000
 #define S_IFREG_ 0100000
+#define TMPFS_MAGIC_ 0x01021994
+#define RAMFS_MAGIC_ 0x858458f6
 #define S_IFSOCK_ 0140000
 #define S_IFCHR_ 0020000
 #define S_IFBLK_ 0060000
@@ -267,11 +269,14 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 	tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!maybe(tgid))
 		return 0;
-	/* any system call ends a pending page fault */
+	/* any system call ends a pending page fault, and the cached mapping */
 	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
-	if (st && st->fault_ts)
-		flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
+	if (st) {
+		if (st->fault_ts)
+			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		st->vma_end = 0;   /* the call may change the mappings */
+	}
 	if (!op || !is_traced(tgid))
 		return 0;
 
@@ -1106,13 +1111,12 @@ int BPF_PROG(iot_cache_add, struct folio *folio)
 	return 0;
 }
 
+/* bpf_find_vma's callback (its context must be on the stack): the
+ * mapping's range and, for a file on storage, its identity. */
 struct vma_file {
-	__u64 ino;
-	__s64 off;
-	__u32 dev;
-	__u32 magic;
+	__u64 start, end, pgoff, ino;
+	__u32 dev, magic;
 	__u16 imode;
-	__u64 addr;
 };
 
 static long vma_file_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
@@ -1121,48 +1125,69 @@ static long vma_file_cb(struct task_struct *task, struct vm_area_struct *vma, vo
 	struct file *file = vma->vm_file;
 	struct inode *inode;
 
+	f->start = vma->vm_start;
+	f->end = vma->vm_end;
+	f->pgoff = vma->vm_pgoff;
 	if (!file)
 		return 0;
 	inode = BPF_CORE_READ(file, f_inode);
+	f->magic = BPF_CORE_READ(inode, i_sb, s_magic);
+	/* memory-backed files (shared memory between loader workers, memfd):
+	 * no storage behind them, and a DataLoader faults thousands of their
+	 * pages per batch */
+	if (f->magic == TMPFS_MAGIC_ || f->magic == RAMFS_MAGIC_)
+		return 0;
 	f->ino = BPF_CORE_READ(inode, i_ino);
 	f->dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	f->magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	f->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
-	f->off = (((f->addr - vma->vm_start) >> 12) + vma->vm_pgoff) << 12;
 	return 0;
 }
 
 /* A user-mode page fault of a traced thread: kept pending when the address
- * is in a file mapping (anonymous memory is not I/O). */
+ * is in a mapping of a file on storage (anonymous memory, tmpfs and ramfs
+ * are not I/O). */
 SEC("tp_btf/page_fault_user")
 int BPF_PROG(iot_page_fault, unsigned long address, struct pt_regs *regs,
 	     unsigned long error_code)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct task_struct *task;
-	struct vma_file f = { .addr = address };
 	struct inflight *st;
 
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	task = bpf_get_current_task_btf();
-	st = bpf_task_storage_get(&inflight, task, 0, 0);
-	if (st && st->fault_ts)
-		flush_fault(st, pid_tgid >> 32, (__u32)pid_tgid);
-	if (bpf_find_vma(task, address, vma_file_cb, &f, 0) || !f.ino)
-		return 0;
-	if (!st)
-		st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(IOT_CNT_NO_STORAGE);
 		return 0;
 	}
+	if (st->fault_ts)
+		flush_fault(st, pid_tgid >> 32, (__u32)pid_tgid);
+	/* bpf_find_vma costs microseconds (the mmap lock, released from an irq
+	 * work here): only outside the mapping the last fault was in */
+	if (address < st->vma_start || address >= st->vma_end) {
+		struct vma_file f = {};
+
+		st->vma_end = 0;
+		if (bpf_find_vma(task, address, vma_file_cb, &f, 0))
+			return 0;
+		st->vma_start = f.start;
+		st->vma_end = f.end;
+		st->vma_pgoff = f.pgoff;
+		st->vma_ino = f.ino;
+		st->vma_dev = f.dev;
+		st->vma_magic = f.magic;
+		st->vma_imode = f.imode;
+	}
+	if (!st->vma_ino)
+		return 0;
 	st->fault_addr = address;
-	st->fault_off = f.off;
-	st->fault_ino = f.ino;
-	st->fault_dev = f.dev;
-	st->fault_magic = f.magic;
-	st->fault_imode = f.imode;
+	st->fault_off = (((address - st->vma_start) >> 12) + st->vma_pgoff) << 12;
+	st->fault_ino = st->vma_ino;
+	st->fault_dev = st->vma_dev;
+	st->fault_magic = st->vma_magic;
+	st->fault_imode = st->vma_imode;
 	st->fault_error = error_code;
 	st->fault_added = 0;
 	st->fault_blocked = 0;

@@ -43,7 +43,18 @@ struct inflight {
 	__u64 fault_blocked;  /* ns blocked off CPU meanwhile (not preemption) */
 	__u32 fault_error;    /* the fault's x86 error code (bit 1: write) */
 	__u16 fault_imode;
-	__u16 pad3;
+	__u16 vma_imode;
+	/* the mapping the thread last faulted in, so that a run of faults in one
+	 * mapping (a loop filling an array) looks it up once; forgotten at the
+	 * thread's next system call, which may change the mappings (another
+	 * thread's changes are not seen: a fault in a range another thread
+	 * remapped meanwhile keeps the old identity) */
+	__u64 vma_start;
+	__u64 vma_end;        /* 0: nothing cached */
+	__u64 vma_pgoff;
+	__u64 vma_ino;        /* 0: not a file on storage (anonymous, tmpfs) */
+	__u32 vma_dev;
+	__u32 vma_magic;
 };
 
 struct {
