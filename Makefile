@@ -68,7 +68,7 @@ $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-BPF_OBJS := iotrace block netfs rdma verbs
+BPF_OBJS := iotrace block aio netfs rdma verbs
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o)
 RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c)

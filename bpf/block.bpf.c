@@ -91,6 +91,29 @@ static __always_inline bool page_file(struct page *page, struct owner *o)
 	return true;
 }
 
+/* iomap's direct-I/O completion: its bios' bi_private is the struct
+ * iomap_dio, whose kiocb names the file (0 where the kernel lacks it). */
+extern const void iomap_dio_bio_end_io __ksym __weak;
+
+static __always_inline bool dio_file(struct bio *bio, struct owner *o)
+{
+	struct iomap_dio *dio;
+	struct inode *host;
+
+	if (!&iomap_dio_bio_end_io ||
+	    (void *)BPF_CORE_READ(bio, bi_end_io) != (void *)&iomap_dio_bio_end_io)
+		return false;
+	dio = BPF_CORE_READ(bio, bi_private);
+	host = BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+	if (!host || (BPF_CORE_READ(host, i_mode) & 0170000) != S_IFREG_)
+		return false;
+	o->imode = S_IFREG_;
+	o->ino = BPF_CORE_READ(host, i_ino);
+	o->dev = BPF_CORE_READ(host, i_sb, s_dev);
+	o->magic = BPF_CORE_READ(host, i_sb, s_magic);
+	return true;
+}
+
 static __always_inline int remember_bio(struct bio *bio)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid(), key = (__u64)bio;
@@ -103,10 +126,14 @@ static __always_inline int remember_bio(struct bio *bio)
 	if (page)
 		cached = page_file(page, &o);
 	if (traced_tgid(o.pid)) {
-		/* O_DIRECT: the job's own pages; the file is the call's */
+		/* O_DIRECT: the job's own pages; the file is the direct I/O's
+		 * (iomap: ext4, xfs...; io_uring and libaio included), else the
+		 * call's in flight */
 		struct inflight *st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(),
 							   0, 0);
-		if (!cached && page && st && st->op && (st->imode & 0170000) == S_IFREG_) {
+		if (!cached && page && dio_file(bio, &o))
+			;
+		else if (!cached && page && st && st->op && (st->imode & 0170000) == S_IFREG_) {
 			o.ino = st->ino;
 			o.dev = st->dev;
 			o.magic = st->magic;

@@ -121,6 +121,28 @@ static __always_inline void flush_fault(struct inflight *st, __u32 pid, __u32 ti
 	st->fault_ts = 0;
 }
 
+/* A run of page-cache additions outside a call of the file (see task_state.h). */
+static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid)
+{
+	struct iot_event *e;
+
+	if (!st->fill_ts)
+		return;
+	e = reserve_event();
+	if (e) {
+		blank_event(e, IOT_CACHE_FILL, pid, tid);
+		e->ts_ns = st->fill_ts;
+		e->dur_ns = st->fill_last - st->fill_ts;
+		e->ret = st->fill_added;
+		e->ino = st->fill_ino;
+		e->dev = st->fill_dev;
+		e->fs_magic = st->fill_magic;
+		e->imode = S_IFREG_;
+		bpf_ringbuf_submit(e, rb_flags());
+	}
+	st->fill_ts = 0;
+}
+
 static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 {
 	/* task is trusted (tp_btf): walk it with direct loads. */
@@ -275,6 +297,8 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 	if (st) {
 		if (st->fault_ts)
 			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		if (st->fill_ts)
+			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
 		st->vma_end = 0;   /* the call may change the mappings */
 	}
 	if (!op || !is_traced(tgid))
@@ -927,6 +951,8 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 	st = bpf_task_storage_get(&inflight, p, 0, 0);
 	if (st && st->fault_ts)
 		flush_fault(st, tgid, p->pid);
+	if (st && st->fill_ts)
+		flush_fill(st, tgid, p->pid);
 	code = BPF_CORE_READ(p, exit_code);
 	group_dead = BPF_CORE_READ(p, signal, live.counter) == 0;
 	if (group_dead) {
@@ -1083,7 +1109,8 @@ static __always_inline __u64 folio_bytes(struct folio *f)
 /* Pages enter the page cache in the context of the thread that needs them
  * (a read's demand misses and readahead, a fault's): counted for the call or
  * fault in flight when they belong to its file; other additions by the job
- * (directories, writes' new pages, io_uring) only in a counter. */
+ * to regular files (io_uring and libaio reads run outside a read call) in
+ * cache_fill records, and all other additions in a counter. */
 SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(iot_cache_add, struct folio *folio)
 {
@@ -1096,8 +1123,15 @@ int BPF_PROG(iot_cache_add, struct folio *folio)
 	if (!maybe(tgid))
 		return 0;
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
-	if (!st)
-		return 0;
+	if (!st) {
+		/* a thread that never made a system call: an io_uring worker */
+		if (!is_traced(tgid))
+			return 0;
+		st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+					  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!st)
+			return 0;
+	}
 	host = BPF_CORE_READ(folio, mapping, host);
 	ino = BPF_CORE_READ(host, i_ino);
 	dev = BPF_CORE_READ(host, i_sb, s_dev);
@@ -1106,8 +1140,25 @@ int BPF_PROG(iot_cache_add, struct folio *folio)
 		st->cache_added += bytes;
 	else if (st->fault_ts && ino == st->fault_ino && dev == st->fault_dev)
 		st->fault_added += bytes;
-	else if (is_traced(tgid))
+	else if (is_traced(tgid)) {
+		__u64 now;
+
 		count_add(IOT_CNT_CACHE_OTHER_BYTES, bytes);
+		if ((BPF_CORE_READ(host, i_mode) & S_IFMT_) != S_IFREG_)
+			return 0;
+		now = bpf_ktime_get_ns();
+		if (st->fill_ts && (st->fill_ino != ino || st->fill_dev != dev))
+			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		if (!st->fill_ts) {
+			st->fill_ts = now;
+			st->fill_ino = ino;
+			st->fill_dev = dev;
+			st->fill_magic = BPF_CORE_READ(host, i_sb, s_magic);
+			st->fill_added = 0;
+		}
+		st->fill_added += bytes;
+		st->fill_last = now;
+	}
 	return 0;
 }
 

@@ -135,6 +135,24 @@ enum iot_op {
 	 * read or wrote (writeback, a throttle's held bios): pid = that job
 	 * process, tid = 0, eflags IOT_EF_KTHREAD */
 	IOT_BLOCK_RQ,
+	/* asynchronous I/O (bpf/aio.bpf.c), one record per request at its
+	 * completion: ts_ns = submission, dur_ns = submission to completion
+	 * (libaio: to the io_getevents that reaped it), pid/tid = the submitter
+	 * (an io_uring SQPOLL thread is a thread of the job), fd = the fd (or the
+	 * registered-file index, eflags IOT_EF_FIXED_FILE), offset, req_bytes,
+	 * ret = the result (bytes or -errno), ino/dev = the file.
+	 * io_uring: flags = IORING_OP_*, arg = user_data; openat/statx carry the
+	 * path as payload and the dirfd. libaio: flags = IOCB_CMD_*, arg = the
+	 * iocb's address */
+	IOT_IO_URING_READ, IOT_IO_URING_WRITE, IOT_IO_URING_FSYNC, IOT_IO_URING_OPENAT, IOT_IO_URING_STATX,
+	IOT_IO_URING_OTHER,
+	IOT_AIO_READ, IOT_AIO_WRITE, IOT_AIO_FSYNC, IOT_AIO_OTHER,
+	/* pages a traced thread added to the page cache for a regular file
+	 * outside a read, write or fault of that file (io_uring and libaio
+	 * buffered reads, sendfile/copy_file_range sources), one record per run of
+	 * additions to one file: ts_ns = first, dur_ns = to the last, ret =
+	 * bytes, ino/dev = the file */
+	IOT_CACHE_FILL,
 	IOT_OP_COUNT
 };
 
@@ -144,6 +162,7 @@ enum iot_op {
 #define IOT_EF_NO_FILE     4  /* the fd did not resolve to an open file at entry */
 #define IOT_EF_KTHREAD     8  /* block request a kernel thread submitted for the job
 				 (writeback, or bios an I/O throttle held back) */
+#define IOT_EF_FIXED_FILE 16  /* io_uring: fd is an index into the ring's registered files */
 
 /*
  * One record per call or event, 96 bytes. A payload (paths, argv, name) of
@@ -184,6 +203,9 @@ enum iot_counter {
 	IOT_CNT_CACHE_OTHER_BYTES, /* page-cache bytes the job added outside a read,
 				      write or file fault of that file (bytes, not events) */
 	IOT_CNT_BLOCK_LOST,     /* block requests of the job not recorded (table full) */
+	IOT_CNT_ASYNC_LOST,     /* io_uring/libaio requests whose submission was not kept
+				   (table full, past a call's cap) or whose completion was
+				   not seen */
 	IOT_CNT_MAX
 };
 

@@ -55,6 +55,15 @@ struct inflight {
 	__u64 vma_ino;        /* 0: not a file on storage (anonymous, tmpfs) */
 	__u32 vma_dev;
 	__u32 vma_magic;
+	/* page-cache additions of one file outside a read, write or fault of it
+	 * (io_uring and libaio reads, in-kernel copies), summed until the thread
+	 * adds for another file, makes a system call or exits */
+	__u64 fill_ts;        /* first addition (0: none pending) */
+	__u64 fill_last;
+	__u64 fill_ino;
+	__u64 fill_added;
+	__u32 fill_dev;
+	__u32 fill_magic;
 };
 
 struct {

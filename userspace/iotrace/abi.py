@@ -68,6 +68,10 @@ OP_NAMES = [
     "nanosleep", "clock_nanosleep", "recvfrom", "recvmsg", "sendto", "sendmsg",
     "connect", "accept", "accept4", "ioctl",
     "offcpu", "page_fault", "block_rq",
+    "io_uring_read", "io_uring_write", "io_uring_fsync", "io_uring_openat", "io_uring_statx",
+    "io_uring_other",
+    "aio_read", "aio_write", "aio_fsync", "aio_other",
+    "cache_fill",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
@@ -78,6 +82,12 @@ POLL_OPS = ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", 
 SLEEP_OPS = ("nanosleep", "clock_nanosleep")
 RECV_OPS = ("recvfrom", "recvmsg")
 SEND_OPS = ("sendto", "sendmsg")
+# Asynchronous I/O: one record per request, submission to completion
+URING_OPS = ("io_uring_read", "io_uring_write", "io_uring_fsync", "io_uring_openat",
+             "io_uring_statx", "io_uring_other")
+AIO_OPS = ("aio_read", "aio_write", "aio_fsync", "aio_other")
+ASYNC_READ_OPS = ("io_uring_read", "aio_read")
+ASYNC_WRITE_OPS = ("io_uring_write", "aio_write")
 
 
 def sql_list(names) -> str:
@@ -116,6 +126,7 @@ EF_PATH_TRUNC = 1
 EF_IOV_TRUNC = 2
 EF_NO_FILE = 4
 EF_KTHREAD = 8   # block request a kernel thread submitted for the job
+EF_FIXED_FILE = 16   # io_uring: fd is an index into the ring's registered files
 
 AT_FDCWD = -100
 

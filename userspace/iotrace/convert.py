@@ -28,7 +28,7 @@ for _name in ("open", "openat", "openat2", "creat", "close", "close_range", "dup
     MODEL_OPS[OP[_name]] = True
 
 # Records of a file that carry no path and no fd (faults, block requests)
-STORAGE_OPS = frozenset((OP["page_fault"], OP["block_rq"]))
+STORAGE_OPS = frozenset((OP["page_fault"], OP["block_rq"], OP["cache_fill"]))
 
 FD_KINDS = ["none", "file", "dir", "socket", "pipe", "anon", "chr", "blk", "link", "other"]
 
@@ -37,7 +37,7 @@ EVENTS_SCHEMA = pa.schema([
     ("dur_ns", pa.int64()),
     ("pid", pa.int32()),
     ("tid", pa.int32()),
-    ("op", pa.dictionary(pa.int8(), pa.string())),
+    ("op", pa.dictionary(pa.int16(), pa.string())),
     ("fd", pa.int32()),
     ("offset", pa.int64()),
     ("req_bytes", pa.int64()),
@@ -162,7 +162,7 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
     for i, fid in overrides.items():
         file_id[i] = fid
 
-    op_codes = np.where(in_range, ops, 0).astype(np.int8)
+    op_codes = np.where(in_range, ops, 0).astype(np.int16)
     table = pa.table({
         "ts_ns": recs["ts_ns"].astype(np.int64),
         "dur_ns": recs["dur_ns"].astype(np.int64),

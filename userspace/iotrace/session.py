@@ -280,7 +280,7 @@ class Session:
             self.meta["probes"]["verbs_libraries_not_probed"] = other
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
-                          "cache_other_bytes", "block_lost", "unknown_records")})
+                          "cache_other_bytes", "block_lost", "async_lost", "unknown_records")})
         state = "complete"
         if self.stop_error() or not end or end.get("reason") == "error":
             state = "incomplete"

@@ -1,9 +1,12 @@
 """Per-file and per-device storage totals: page cache against storage, block
 devices, and the interface the bytes went through (system calls, mmap).
 
-The numbers come from three record kinds (docs/trace-format.md):
+The numbers come from these record kinds (docs/trace-format.md):
 - read/write calls carry in `arg` the page-cache bytes they added for their
   file (what had to come from storage: demand misses and readahead);
+- io_uring and libaio requests (`io_uring_read`, `aio_read`...): one per
+  request, with its result; their page-cache additions come as `cache_fill`
+  records (additions outside a call of that file);
 - `page_fault` records are user faults on file mappings: `ret` is the bytes
   the fault brought into the page cache (0: minor, the page was cached);
 - `block_rq` records are the job's block-device requests, with the file of
@@ -13,16 +16,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .abi import READ_OPS, WRITE_OPS, sql_list
+from .abi import OPEN_OPS, READ_OPS, WRITE_OPS, sql_list
 
 PAGE = 4096
+O_DIRECT = 0o40000   # x86-64
 REQ_OP_READ, REQ_OP_WRITE = 0, 1
-# Interfaces the recorder sees today; io_uring and libaio submissions are not
-# recorded yet (their completions in the kernel do show as block requests).
-INTERFACES = ("syscall", "mmap")
-NOT_TRACED = ("io_uring", "libaio")
+INTERFACES = ("syscall", "io_uring", "libaio", "mmap")
 
 _R, _W = sql_list(READ_OPS), sql_list(WRITE_OPS)
+_STORAGE_OPS = ("page_fault", "block_rq", "cache_fill", "io_uring_read", "io_uring_write",
+                "aio_read", "aio_write")
 
 FILES_SQL = f"""
 with io as (
@@ -32,6 +35,18 @@ with io as (
            count(*) filter (where op in {_W}) as sys_writes,
            coalesce(sum(ret) filter (where op in {_W} and ret > 0), 0) as sys_write_bytes,
            coalesce(sum(arg) filter (where op in {_R}), 0) as sys_miss,
+           count(*) filter (where op = 'io_uring_read') as ur_reads,
+           coalesce(sum(ret) filter (where op = 'io_uring_read' and ret > 0), 0)
+               as ur_read_bytes,
+           count(*) filter (where op = 'io_uring_write') as ur_writes,
+           coalesce(sum(ret) filter (where op = 'io_uring_write' and ret > 0), 0)
+               as ur_write_bytes,
+           count(*) filter (where op = 'aio_read') as aio_reads,
+           coalesce(sum(ret) filter (where op = 'aio_read' and ret > 0), 0) as aio_read_bytes,
+           count(*) filter (where op = 'aio_write') as aio_writes,
+           coalesce(sum(ret) filter (where op = 'aio_write' and ret > 0), 0)
+               as aio_write_bytes,
+           coalesce(sum(ret) filter (where op = 'cache_fill'), 0) as fill_miss,
            count(*) filter (where op = 'page_fault' and flags & 2 = 0) as mm_reads,
            -- a fault touched at least its page; a major one brought in `ret`
            coalesce(sum(greatest(ret, {PAGE})) filter (where op = 'page_fault'
@@ -45,14 +60,25 @@ with io as (
            coalesce(sum(req_bytes) filter (where op = 'block_rq'
                                            and flags & 255 = {REQ_OP_WRITE}), 0) as dev_write
     from events
-    where file_id >= 0 and (op in {_R} or op in {_W} or op in ('page_fault', 'block_rq'))
-    group by file_id)
-select f.path, io.*,
-       sys_miss + mm_miss as miss,
-       greatest(sys_read_bytes + mm_read_bytes - sys_miss - mm_miss, 0) as hit
-from io join files f using (file_id)
-order by sys_read_bytes + mm_read_bytes + sys_write_bytes + mm_write_bytes + dev_read + dev_write
-         desc, f.path
+    where file_id >= 0 and (op in {_R} or op in {_W} or op in {sql_list(_STORAGE_OPS)})
+    group by file_id),
+direct as (
+    -- files every open of which asked for O_DIRECT: their reads bypass the cache
+    select file_id from events
+    where op in {sql_list(OPEN_OPS)} and ret >= 0 and file_id >= 0
+    group by file_id having bool_and(flags & {O_DIRECT} != 0)),
+tot as (
+    select *, sys_read_bytes + ur_read_bytes + aio_read_bytes + mm_read_bytes as read_bytes,
+           sys_write_bytes + ur_write_bytes + aio_write_bytes + mm_write_bytes as write_bytes,
+           sys_miss + mm_miss + fill_miss as miss
+    from io)
+select f.path, tot.*,
+       case when d.file_id is null then 0
+            else sys_read_bytes + ur_read_bytes + aio_read_bytes end as direct_read_bytes,
+       -- O_DIRECT reads bypass the cache: neither hits nor misses
+       case when d.file_id is null then greatest(read_bytes - miss, 0) else 0 end as hit
+from tot join files f using (file_id) left join direct d using (file_id)
+order by read_bytes + write_bytes + dev_read + dev_write desc, f.path
 """
 
 # Requests in flight per device: +1 at issue, -1 at completion, running sum.
@@ -115,6 +141,10 @@ def files_and_devices(t) -> dict:
         r = dict(zip(cols, row))
         by = {"syscall": _iface(r["sys_reads"], r["sys_read_bytes"], r["sys_writes"],
                                 r["sys_write_bytes"]),
+              "io_uring": _iface(r["ur_reads"], r["ur_read_bytes"], r["ur_writes"],
+                                 r["ur_write_bytes"]),
+              "libaio": _iface(r["aio_reads"], r["aio_read_bytes"], r["aio_writes"],
+                               r["aio_write_bytes"]),
               "mmap": _iface(r["mm_reads"], r["mm_read_bytes"], r["mm_writes"],
                              r["mm_write_bytes"])}
         files.append({
@@ -126,6 +156,7 @@ def files_and_devices(t) -> dict:
             "by_interface": by,
             "cache_hit_bytes": int(r["hit"]),
             "cache_miss_bytes": int(r["miss"]),
+            "direct_read_bytes": int(r["direct_read_bytes"]),
             "device_read_bytes": int(r["dev_read"]),
             "device_write_bytes": int(r["dev_write"]),
         })
@@ -144,5 +175,5 @@ def files_and_devices(t) -> dict:
             "read_bytes_per_s": round(r["read_bytes"] / span) if span > 0 else None,
         })
     return {"files": files, "devices": devices,
-            "interfaces_traced": list(INTERFACES), "interfaces_not_traced": list(NOT_TRACED),
+            "interfaces_traced": list(INTERFACES),
             "cache_other_bytes": int(t.meta.get("counters", {}).get("cache_other_bytes", 0))}

@@ -13,6 +13,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "iotrace.h"
+#include "aio.skel.h"
 #include "block.skel.h"
 #include "netfs.skel.h"
 #include "rdma.skel.h"
@@ -49,6 +50,25 @@ static struct probe block_probes[] = {
 	CORE("block request issue (block_rq_issue)", "block_rq_issue", "iot_rq_issue", false),
 	CORE("block request completion (block_rq_complete)", "block_rq_complete",
 	     "iot_rq_complete", false),
+};
+
+/* bpf/aio.bpf.c: io_uring (vmlinux tracepoints) and libaio (the syscall
+ * tracepoints of io_submit and io_getevents) */
+#define N_URING_PROBES 2
+static struct probe aio_probes[] = {
+	CORE("io_uring submissions (io_uring_submit_req)", "io_uring_submit_req",
+	     "iot_uring_submit", false),
+	CORE("io_uring completions (io_uring_complete)", "io_uring_complete",
+	     "iot_uring_complete", false),
+	CORE("libaio io_submit", "syscalls/sys_enter_io_submit", "iot_aio_submit", false),
+	CORE("libaio io_submit exit", "syscalls/sys_exit_io_submit", "iot_aio_submit_exit", false),
+	CORE("libaio io_getevents", "syscalls/sys_enter_io_getevents", "iot_aio_getevents", false),
+	CORE("libaio io_getevents exit", "syscalls/sys_exit_io_getevents",
+	     "iot_aio_getevents_exit", false),
+	CORE("libaio io_pgetevents", "syscalls/sys_enter_io_pgetevents", "iot_aio_pgetevents",
+	     false),
+	CORE("libaio io_pgetevents exit", "syscalls/sys_exit_io_pgetevents",
+	     "iot_aio_pgetevents_exit", false),
 };
 
 /* bpf/netfs.bpf.c */
@@ -126,6 +146,7 @@ static struct {
 } probe_sets[] = {
 	{ core_probes, NPROBES(core_probes) },
 	{ block_probes, NPROBES(block_probes) },
+	{ aio_probes, NPROBES(aio_probes) },
 	{ netfs_probes, NPROBES(netfs_probes) },
 	{ rdma_probes, NPROBES(rdma_probes) },
 	{ verbs_probes, NPROBES(verbs_probes) },
@@ -189,6 +210,55 @@ static struct block_bpf *load_block(struct bpf_object *core, struct btf *vmlinux
 	if (share_core_maps(o->obj, core) || block_bpf__load(o)) {
 		skip_probes(p, n, "load failed: %s", strerror(errno));
 		block_bpf__destroy(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* A syscall tracepoint's event directory (kernels built without
+ * CONFIG_FTRACE_SYSCALLS have none). */
+static bool have_syscall_tracepoint(const char *tp)
+{
+	static const char *roots[] = { "/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events" };
+	char path[256];
+
+	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", roots[i], tp);
+		if (access(path, F_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* io_uring: both probes or none (a request is paired from its submission to
+ * its completion); libaio: all six or none, likewise. */
+static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
+{
+	struct probe *p = aio_probes, *aio = aio_probes + N_URING_PROBES;
+	int n = NPROBES(aio_probes), naio = n - N_URING_PROBES;
+	struct aio_bpf *o = aio_bpf__open();
+
+	if (!o) {
+		skip_probes(p, n, "cannot open the io_uring/libaio probes: %s", strerror(errno));
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		p[i].bpf = bpf_object__find_program_by_name(o->obj, p[i].prog);
+	for (int i = 0; i < N_URING_PROBES; i++)
+		if (!btf_has_tracepoint(vmlinux, p[i].tp))
+			skip_probes(p, N_URING_PROBES, "this kernel has no %s tracepoint "
+				    "(io_uring absent, or older than 6.0)", p[i].tp);
+	for (int i = 0; i < naio; i++)
+		if (!have_syscall_tracepoint(aio[i].tp))
+			skip_probes(aio, naio, "no %s tracepoint (mount tracefs, or a kernel "
+				    "without syscall tracepoints)", aio[i].tp);
+	if (p[0].why[0] && aio[0].why[0]) {
+		aio_bpf__destroy(o);
+		return NULL;
+	}
+	if (share_core_maps(o->obj, core) || aio_bpf__load(o)) {
+		skip_probes(p, n, "load failed: %s", strerror(errno));
+		aio_bpf__destroy(o);
 		return NULL;
 	}
 	return o;
@@ -312,6 +382,7 @@ void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			   struct btf *vmlinux)
 {
 	o->block = load_block(core, vmlinux);
+	o->aio = load_aio(core, vmlinux);
 	o->netfs = load_netfs(core, vmlinux);
 	/* uprobe_multi links: kernels 6.6 and later */
 	o->uprobe_multi = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link",
@@ -323,6 +394,7 @@ void attach_optional_objects(struct optional_objects *o, struct bpf_object *core
 			     const char *verbs_lib)
 {
 	attach_probes(block_probes, NPROBES(block_probes));
+	attach_probes(aio_probes, NPROBES(aio_probes));
 	attach_probes(netfs_probes, NPROBES(netfs_probes));
 	attach_probes(rdma_probes, NPROBES(rdma_probes));
 	o->verbs = load_verbs(core, verbs_lib, o->uprobe_multi);
@@ -347,7 +419,9 @@ void destroy_optional_objects(struct optional_objects *o)
 	rdma_bpf__destroy(o->rdma);
 	netfs_bpf__destroy(o->netfs);
 	block_bpf__destroy(o->block);
+	aio_bpf__destroy(o->aio);
 	o->block = NULL;
+	o->aio = NULL;
 	o->verbs = NULL;
 	o->rdma = NULL;
 	o->netfs = NULL;

@@ -12,11 +12,12 @@
 extern struct probe core_probes[];
 extern const int n_core_probes;
 
-/* The optional objects: block requests (bpf/block.bpf.c), NFS (bpf/netfs.bpf.c), kernel RDMA (bpf/rdma.bpf.c)
+/* The optional objects: block requests (bpf/block.bpf.c), io_uring and libaio (bpf/aio.bpf.c), NFS (bpf/netfs.bpf.c), kernel RDMA (bpf/rdma.bpf.c)
  * and libibverbs uprobes (bpf/verbs.bpf.c). Each shares the core object's
  * maps; each probe that cannot load says why. */
 struct optional_objects {
 	struct block_bpf *block;
+	struct aio_bpf *aio;
 	struct netfs_bpf *netfs;
 	struct rdma_bpf *rdma;
 	struct verbs_bpf *verbs;

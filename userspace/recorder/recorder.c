@@ -725,6 +725,7 @@ int main(int argc, char **argv)
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 	       "\"path_truncated\":%llu,\"no_storage\":%llu,\"traced_full\":%llu,"
 	       "\"kernel_capped\":%llu,\"cache_other_bytes\":%llu,\"block_lost\":%llu,"
+	       "\"async_lost\":%llu,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
@@ -739,6 +740,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)counter_sum(skel, IOT_CNT_KERNEL_CAPPED),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_CACHE_OTHER_BYTES),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_LOST),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_ASYNC_LOST),
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)

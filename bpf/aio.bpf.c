@@ -1,0 +1,558 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * iotrace asynchronous I/O: one record per io_uring or libaio request of the
+ * traced job, from its submission to its completion.
+ *
+ * - io_uring: io_uring_submit_req runs where the request is submitted (the
+ *   io_uring_enter caller, or the ring's SQPOLL thread, a thread of the job)
+ *   after the request was prepared: its opcode, fd (or registered-file
+ *   index), offset and length are read there, and for openat/statx the path.
+ *   io_uring_complete runs wherever the completion is posted (often another
+ *   context): the request's result and its file (by then assigned, fixed
+ *   files included) are read there. Both tracepoints pass the request as
+ *   their second-or-first argument on 6.1 and on 6.18 alike; the other
+ *   arguments differ, so only the request is used.
+ * - libaio: io_submit's iocbs (fd, opcode, offset, bytes) are kept by
+ *   (process, iocb address); the io_getevents that reaps an iocb writes its
+ *   record with the result. The completion time is the reap (the kernel has
+ *   no tracepoint at an aio completion).
+ * A separate object from iotrace.bpf.c: a kernel without io_uring still
+ * traces system calls; it reuses the core's maps.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "iotrace.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define S_IFMT_ 0170000
+#define REQ_F_FIXED_FILE_ 1ULL   /* REQ_F_FIXED_FILE_BIT = 0 since 5.x */
+
+/* IORING_OP_* (uapi, stable) */
+#define OP_READV 1
+#define OP_WRITEV 2
+#define OP_FSYNC 3
+#define OP_READ_FIXED 4
+#define OP_WRITE_FIXED 5
+#define OP_OPENAT 18
+#define OP_STATX 21
+#define OP_READ 22
+#define OP_WRITE 23
+#define OP_OPENAT2 28
+
+/* IOCB_CMD_* (uapi) */
+#define CMD_PREAD 0
+#define CMD_PWRITE 1
+#define CMD_FSYNC 2
+#define CMD_FDSYNC 3
+#define CMD_PREADV 7
+#define CMD_PWRITEV 8
+
+#define AIO_MAX_BATCH 256   /* iocbs of one io_submit, events of one io_getevents */
+#define URING_IOV_MAX 16
+
+#include "shared_maps.h"
+
+/* One request between submission and completion. */
+struct pending {
+	__u64 ts;
+	__s64 off;
+	__u64 len;
+	__u64 ino;        /* libaio: the fd's file at submission */
+	__u32 dev;
+	__u32 magic;
+	__u32 pid;
+	__u32 tid;
+	__s32 fd;
+	__s32 dirfd;
+	__u16 op;
+	__u16 eflags;
+	__u16 imode;
+	__u16 code;       /* IORING_OP_* or IOCB_CMD_* */
+};
+
+/* LRU: a request whose completion never shows (cancelled with its ring, a
+ * CQE the ring was told to skip) is evicted, not leaked. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);                /* the io_kiocb */
+	__type(value, struct pending);
+} uring_reqs SEC(".maps");
+
+struct path_buf {
+	char s[IOT_PATH_MAX];
+};
+
+/* The path of an io_uring openat/statx, from submission (the kernel frees
+ * its copy before the completion). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u64);
+	__type(value, struct path_buf);
+} uring_paths SEC(".maps");
+
+struct aio_key {
+	__u64 iocb;       /* the iocb's user address */
+	__u32 pid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct aio_key);
+	__type(value, struct pending);
+} aio_reqs SEC(".maps");
+
+/* A thread's io_submit or io_getevents in flight: its array argument. */
+struct aio_call {
+	__u64 ts;
+	__u64 arr;        /* iocb ** (io_submit) or struct io_event * (io_getevents) */
+	__u64 nr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);                /* tid */
+	__type(value, struct aio_call);
+} aio_calls SEC(".maps");
+
+/* Record plus payload, for openat/statx paths. */
+struct big_event {
+	struct iot_event ev;
+	char s[IOT_PATH_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct big_event);
+} aio_scratch SEC(".maps");
+
+static __always_inline bool traced_tgid(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+/* The identity of a struct file into a record's ino/dev/fs_magic/imode. */
+static __always_inline void file_identity(struct file *f, struct iot_event *e)
+{
+	struct inode *inode;
+
+	if (!f)
+		return;
+	inode = BPF_CORE_READ(f, f_inode);
+	if (!inode)
+		return;
+	e->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
+	e->ino = BPF_CORE_READ(inode, i_ino);
+	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
+}
+
+/* ---- io_uring ----------------------------------------------------------- */
+
+static __always_inline __u16 uring_op(__u8 code)
+{
+	switch (code) {
+	case OP_READV: case OP_READ_FIXED: case OP_READ:
+		return IOT_IO_URING_READ;
+	case OP_WRITEV: case OP_WRITE_FIXED: case OP_WRITE:
+		return IOT_IO_URING_WRITE;
+	case OP_FSYNC:
+		return IOT_IO_URING_FSYNC;
+	case OP_OPENAT: case OP_OPENAT2:
+		return IOT_IO_URING_OPENAT;
+	case OP_STATX:
+		return IOT_IO_URING_STATX;
+	}
+	return IOT_IO_URING_OTHER;
+}
+
+/* Bytes of a user iovec array (readv/writev through a ring). */
+static __always_inline __u64 uring_iov_bytes(__u64 uiov, __u64 cnt, __u16 *eflags)
+{
+	struct iovec iov;
+	__u64 total = 0;
+
+	if (cnt > URING_IOV_MAX) {
+		*eflags |= IOT_EF_IOV_TRUNC;
+		cnt = URING_IOV_MAX;
+	}
+	for (int i = 0; i < URING_IOV_MAX; i++) {
+		if (i >= cnt)
+			break;
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(uiov + i * sizeof(iov))))
+			break;
+		total += iov.iov_len;
+	}
+	return total;
+}
+
+SEC("tp_btf/io_uring_submit_req")
+int BPF_PROG(iot_uring_submit, struct io_kiocb *req)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), key = (__u64)req;
+	struct pending p = {};
+	__u64 flags = 0;
+	__u8 code;
+
+	p.pid = pid_tgid >> 32;
+	if (!traced_tgid(p.pid))
+		return 0;
+	p.tid = (__u32)pid_tgid;
+	p.ts = bpf_ktime_get_ns();
+	code = BPF_CORE_READ(req, opcode);
+	p.code = code;
+	p.op = uring_op(code);
+	p.fd = BPF_CORE_READ(req, cqe.fd);
+	p.dirfd = -1;
+	p.off = -1;
+	/* io_req_flags_t is 32 bits on 6.1, 64 on 6.18: read its own size */
+	bpf_probe_read_kernel(&flags, bpf_core_field_size(req->flags), &req->flags);
+	if (flags & REQ_F_FIXED_FILE_)
+		p.eflags |= IOT_EF_FIXED_FILE;
+	if (p.op == IOT_IO_URING_READ || p.op == IOT_IO_URING_WRITE) {
+		struct io_rw *rw = (void *)&req->cmd;
+		__u64 addr = BPF_CORE_READ(rw, addr);
+		__u32 len = BPF_CORE_READ(rw, len);
+
+		p.off = BPF_CORE_READ(rw, kiocb.ki_pos);
+		if (code == OP_READV || code == OP_WRITEV)
+			p.len = uring_iov_bytes(addr, len, &p.eflags);
+		else
+			p.len = len;
+	} else if (p.op == IOT_IO_URING_FSYNC) {
+		struct io_sync *sy = (void *)&req->cmd;
+
+		p.off = BPF_CORE_READ(sy, off);
+		p.len = BPF_CORE_READ(sy, len);
+	} else if (p.op == IOT_IO_URING_OPENAT || p.op == IOT_IO_URING_STATX) {
+		struct filename *fn;
+		__u32 zero = 0;
+		struct big_event *b = bpf_map_lookup_elem(&aio_scratch, &zero);
+
+		if (p.op == IOT_IO_URING_OPENAT) {
+			struct io_open *o = (void *)&req->cmd;
+			p.dirfd = BPF_CORE_READ(o, dfd);
+			fn = BPF_CORE_READ(o, filename);
+		} else {
+			struct io_statx *sx = (void *)&req->cmd;
+			p.dirfd = BPF_CORE_READ(sx, dfd);
+			fn = BPF_CORE_READ(sx, filename);
+		}
+		p.fd = -1;
+		if (b && fn) {
+			const char *name = BPF_CORE_READ(fn, name);
+			if (bpf_probe_read_kernel_str(b->s, sizeof(b->s), name) > 0)
+				bpf_map_update_elem(&uring_paths, &key, b->s, BPF_ANY);
+		}
+	}
+	if (bpf_map_update_elem(&uring_reqs, &key, &p, BPF_ANY))
+		count(IOT_CNT_ASYNC_LOST);
+	return 0;
+}
+
+/* 6.1: (ctx, req, user_data, res, cflags, extra1, extra2); 6.18: (ctx, req,
+ * cqe). The request has the posted result and user_data in both. */
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(iot_uring_complete, void *ctx_, void *req_)
+{
+	struct io_kiocb *req = req_;
+	__u64 key = (__u64)req_;
+	struct pending *p;
+	struct iot_event *e;
+	struct big_event *b = NULL;
+	__u32 len = 0, zero = 0;
+
+	if (!req_)
+		return 0;   /* a CQE of the ring itself (no request) */
+	p = bpf_map_lookup_elem(&uring_reqs, &key);
+	if (!p)
+		return 0;
+	if (p->op == IOT_IO_URING_OPENAT || p->op == IOT_IO_URING_STATX) {
+		struct path_buf *path = bpf_map_lookup_elem(&uring_paths, &key);
+
+		b = bpf_map_lookup_elem(&aio_scratch, &zero);
+		if (!b)
+			goto out;
+		e = &b->ev;
+		if (path) {
+			long n = bpf_probe_read_kernel_str(b->s, sizeof(b->s), path->s);
+			if (n > 0)
+				len = n;
+			bpf_map_delete_elem(&uring_paths, &key);
+		}
+	} else {
+		e = reserve_event();
+		if (!e)
+			goto out;
+	}
+	blank_event(e, p->op, p->pid, p->tid);
+	e->ts_ns = p->ts;
+	e->dur_ns = bpf_ktime_get_ns() - p->ts;
+	e->ret = BPF_CORE_READ(req, cqe.res);
+	e->arg = BPF_CORE_READ(req, cqe.user_data);
+	e->fd = p->fd;
+	e->dirfd = p->dirfd;
+	e->offset = p->off;
+	e->req_bytes = p->len;
+	e->flags = p->code;
+	e->eflags = p->eflags;
+	if (p->op != IOT_IO_URING_OPENAT && p->op != IOT_IO_URING_STATX && p->op != IOT_IO_URING_OTHER)
+		file_identity(BPF_CORE_READ(req, file), e);
+	if (b) {
+		len &= IOT_PATH_MAX - 1;
+		e->str_len = len;
+		if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + len, 0))
+			count(IOT_CNT_DROPS);
+	} else {
+		bpf_ringbuf_submit(e, 0);
+	}
+out:
+	bpf_map_delete_elem(&uring_reqs, &key);
+	return 0;
+}
+
+/* ---- libaio ------------------------------------------------------------- */
+
+static __always_inline struct file *fd_to_file(struct task_struct *task, int fd)
+{
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds, *f = NULL;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+static __always_inline __u16 aio_op(__u16 cmd)
+{
+	switch (cmd) {
+	case CMD_PREAD: case CMD_PREADV:
+		return IOT_AIO_READ;
+	case CMD_PWRITE: case CMD_PWRITEV:
+		return IOT_AIO_WRITE;
+	case CMD_FSYNC: case CMD_FDSYNC:
+		return IOT_AIO_FSYNC;
+	}
+	return IOT_AIO_OTHER;
+}
+
+struct submit_ctx {
+	struct aio_call *call;
+	struct task_struct *task;
+	__u32 pid, tid;
+};
+
+static long submit_one(__u32 i, void *data)
+{
+	struct submit_ctx *c = data;
+	struct aio_key k = { .pid = c->pid };
+	struct pending p = {};
+	struct iot_event id = {};
+	struct iocb cb;
+	__u64 uptr = 0;
+
+	if (bpf_probe_read_user(&uptr, sizeof(uptr), (void *)(c->call->arr + i * 8)) || !uptr)
+		return 1;
+	if (bpf_probe_read_user(&cb, sizeof(cb), (void *)uptr))
+		return 1;
+	k.iocb = uptr;
+	p.ts = c->call->ts;
+	p.pid = c->pid;
+	p.tid = c->tid;
+	p.fd = cb.aio_fildes;
+	p.dirfd = -1;
+	p.code = cb.aio_lio_opcode;
+	p.op = aio_op(p.code);
+	p.off = p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE ? cb.aio_offset : -1;
+	if (p.code == CMD_PREADV || p.code == CMD_PWRITEV)
+		p.len = uring_iov_bytes(cb.aio_buf, cb.aio_nbytes, &p.eflags);
+	else if (p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE)
+		p.len = cb.aio_nbytes;
+	file_identity(fd_to_file(c->task, p.fd), &id);
+	p.ino = id.ino;
+	p.dev = id.dev;
+	p.magic = id.fs_magic;
+	p.imode = id.imode;
+	if (bpf_map_update_elem(&aio_reqs, &k, &p, BPF_ANY))
+		count(IOT_CNT_ASYNC_LOST);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_io_submit")
+int iot_aio_submit(struct trace_event_raw_sys_enter *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct aio_call call = {};
+	struct submit_ctx c = { .pid = pid_tgid >> 32, .tid = (__u32)pid_tgid };
+	long nr = ctx->args[1];
+
+	if (!traced_tgid(c.pid) || nr <= 0)
+		return 0;
+	call.ts = bpf_ktime_get_ns();
+	call.arr = ctx->args[2];
+	call.nr = nr;
+	if (nr > AIO_MAX_BATCH) {
+		count_add(IOT_CNT_ASYNC_LOST, nr - AIO_MAX_BATCH);
+		nr = AIO_MAX_BATCH;
+	}
+	c.call = &call;
+	c.task = bpf_get_current_task_btf();
+	bpf_loop(nr, submit_one, &c, 0);
+	bpf_map_update_elem(&aio_calls, &c.tid, &call, BPF_ANY);
+	return 0;
+}
+
+struct unsubmit_ctx {
+	__u64 arr;
+	__u32 pid;
+};
+
+static long forget_one(__u32 i, void *data)
+{
+	struct unsubmit_ctx *c = data;
+	struct aio_key k = { .pid = c->pid };
+
+	if (bpf_probe_read_user(&k.iocb, sizeof(k.iocb), (void *)(c->arr + i * 8)))
+		return 1;
+	bpf_map_delete_elem(&aio_reqs, &k);
+	return 0;
+}
+
+/* iocbs past io_submit's result were not submitted: forget them. */
+SEC("tracepoint/syscalls/sys_exit_io_submit")
+int iot_aio_submit_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct aio_call *call = bpf_map_lookup_elem(&aio_calls, &tid);
+	struct unsubmit_ctx c;
+	long done = ctx->ret, nr;
+
+	if (!call)
+		return 0;
+	c.arr = call->arr;
+	c.pid = pid_tgid >> 32;
+	nr = call->nr > AIO_MAX_BATCH ? AIO_MAX_BATCH : call->nr;
+	if (done < 0)
+		done = 0;
+	bpf_map_delete_elem(&aio_calls, &tid);
+	if (done < nr) {
+		c.arr += done * 8;   /* the first not submitted */
+		bpf_loop(nr - done, forget_one, &c, 0);
+	}
+	return 0;
+}
+
+static __always_inline int getevents_enter(__u64 events)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct aio_call call = { .arr = events };
+
+	if (!traced_tgid(pid_tgid >> 32))
+		return 0;
+	bpf_map_update_elem(&aio_calls, &tid, &call, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_io_getevents")
+int iot_aio_getevents(struct trace_event_raw_sys_enter *ctx)
+{
+	return getevents_enter(ctx->args[3]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_io_pgetevents")
+int iot_aio_pgetevents(struct trace_event_raw_sys_enter *ctx)
+{
+	return getevents_enter(ctx->args[3]);
+}
+
+struct reap_ctx {
+	__u64 arr;
+	__u64 now;
+	__u32 pid;
+};
+
+static long reap_one(__u32 i, void *data)
+{
+	struct reap_ctx *c = data;
+	struct io_event ev;
+	struct aio_key k = { .pid = c->pid };
+	struct pending *p;
+	struct iot_event *e;
+
+	if (bpf_probe_read_user(&ev, sizeof(ev), (void *)(c->arr + i * sizeof(ev))))
+		return 1;
+	k.iocb = ev.obj;
+	p = bpf_map_lookup_elem(&aio_reqs, &k);
+	if (!p) {
+		count(IOT_CNT_ASYNC_LOST);   /* submitted before the trace, or not kept */
+		return 0;
+	}
+	e = reserve_event();
+	if (e) {
+		blank_event(e, p->op, p->pid, p->tid);
+		e->ts_ns = p->ts;
+		e->dur_ns = c->now - p->ts;
+		e->ret = ev.res;
+		e->arg = ev.obj;
+		e->fd = p->fd;
+		e->offset = p->off;
+		e->req_bytes = p->len;
+		e->flags = p->code;
+		e->eflags = p->eflags;
+		e->ino = p->ino;
+		e->dev = p->dev;
+		e->fs_magic = p->magic;
+		e->imode = p->imode;
+		bpf_ringbuf_submit(e, 0);
+	}
+	bpf_map_delete_elem(&aio_reqs, &k);
+	return 0;
+}
+
+static __always_inline int getevents_exit(long ret)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct aio_call *call = bpf_map_lookup_elem(&aio_calls, &tid);
+	struct reap_ctx c;
+
+	if (!call)
+		return 0;
+	c.arr = call->arr;
+	c.now = bpf_ktime_get_ns();
+	c.pid = pid_tgid >> 32;
+	bpf_map_delete_elem(&aio_calls, &tid);
+	if (ret <= 0)
+		return 0;
+	if (ret > AIO_MAX_BATCH) {
+		count_add(IOT_CNT_ASYNC_LOST, ret - AIO_MAX_BATCH);
+		ret = AIO_MAX_BATCH;
+	}
+	bpf_loop(ret, reap_one, &c, 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_io_getevents")
+int iot_aio_getevents_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return getevents_exit(ctx->ret);
+}
+
+SEC("tracepoint/syscalls/sys_exit_io_pgetevents")
+int iot_aio_pgetevents_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return getevents_exit(ctx->ret);
+}

@@ -1,0 +1,178 @@
+"""io_uring and libaio, against fio's own JSON: every request fio submits
+through a ring or io_submit must be in the trace once, with fio's counts and
+bytes, on its file, whatever the depth, with registered files, registered
+buffers or an SQPOLL thread submitting for the job."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import iotrace_cmd, needs_root, rows, scalar, trace_run
+
+pytestmark = [needs_root(),
+              pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")]
+
+MIB = 1 << 20
+FILE_MB = 16
+
+
+def _has_io_uring() -> bool:
+    try:
+        return Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() == "0"
+    except OSError:
+        return True   # kernels before 6.6 have no switch
+
+
+needs_uring = pytest.mark.skipif(not _has_io_uring(), reason="io_uring disabled on this kernel")
+
+
+@pytest.fixture
+def blockdir(tmp_path):
+    base = Path(os.environ.get("IOTRACE_BLOCK_DIR") or tmp_path)
+    d = base / f"async-{os.getpid()}-{tmp_path.name}"
+    d.mkdir(parents=True, exist_ok=True)
+    if os.major(os.stat(d).st_dev) == 0:
+        pytest.skip(f"{d} is not on a block device (set IOTRACE_BLOCK_DIR)")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def datafile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("aio") / "data.bin"
+    with open(path, "wb") as f:
+        for _ in range(FILE_MB):
+            f.write(os.urandom(MIB))
+    return path
+
+
+def fio(tmp_path, datafile, *args):
+    report = tmp_path / "fio.json"
+    proc, trace = trace_run(tmp_path / "trace", "fio", "--name=job", f"--filename={datafile}",
+                            f"--size={FILE_MB}M", "--output-format=json",
+                            f"--output={report}", *args)
+    assert proc.returncode == 0, proc.stderr
+    return trace, json.loads(report.read_text())["jobs"][0]
+
+
+def requests_on(trace, path, op):
+    """(requests, bytes moved, bytes asked) of op on path."""
+    return rows(trace, """
+        select count(*), coalesce(sum(e.ret), 0), coalesce(sum(e.req_bytes), 0)
+        from events e join files f using (file_id)
+        where f.path = ? and e.op = ?""", str(path), op)[0]
+
+
+def summary_file(tmp_path, path):
+    proc = iotrace_cmd("summary", "--format", "json", str(tmp_path / "trace"))
+    assert proc.returncode == 0, proc.stderr
+    found = [f for f in json.loads(proc.stdout)["files"] if f["path"] == str(path)]
+    assert found, f"{path} not in the summary"
+    return found[0]
+
+
+@needs_uring
+@pytest.mark.parametrize("depth", [1, 8, 32])
+def test_io_uring_random_reads_exact(tmp_path, datafile, depth):
+    trace, job = fio(tmp_path, datafile, "--ioengine=io_uring", f"--iodepth={depth}",
+                     "--rw=randread", "--bs=4k", "--io_size=8M")
+    n, moved, asked = requests_on(trace, datafile, "io_uring_read")
+    assert job["read"]["total_ios"] == 2048
+    assert n == job["read"]["total_ios"]
+    assert moved == asked == job["read"]["io_bytes"]
+    # offsets as fio asked: 4 KiB aligned, inside the file
+    assert scalar(trace, """select count(*) from events e join files f using (file_id)
+                            where f.path = ? and op = 'io_uring_read'
+                            and ("offset" % 4096 <> 0 or "offset" < 0 or "offset" >= ?)""",
+                  str(datafile), FILE_MB * MIB) == 0
+    # fio's own depth is visible: requests in flight at once, per the records
+    in_flight = scalar(trace, """
+        with r as (select ts_ns, ts_ns + dur_ns as end_ns from events e join files f
+                   using (file_id) where f.path = ? and op = 'io_uring_read'),
+        edges as (select ts_ns t, 1 d from r union all select end_ns, -1 from r)
+        select max(n) from (select sum(d) over (order by t, d rows unbounded preceding) n
+                            from edges)""", str(datafile))
+    assert 1 <= in_flight <= depth
+    if depth >= 8:
+        assert in_flight >= depth // 2
+    by = summary_file(tmp_path, datafile)["by_interface"]
+    assert by["io_uring"]["reads"] == job["read"]["total_ios"]
+    assert by["io_uring"]["read_bytes"] == job["read"]["io_bytes"]
+    assert by["syscall"]["reads"] == 0
+    assert trace.meta["drops"] == 0 and trace.meta["counters"]["async_lost"] == 0
+
+
+@needs_uring
+@pytest.mark.parametrize("opts", [["--registerfiles=1"], ["--registerfiles=1", "--fixedbufs=1"],
+                                  ["--sqthread_poll=1"]],
+                         ids=["fixed-files", "fixed-files-and-buffers", "sqpoll"])
+def test_io_uring_fixed_files_and_sqpoll(tmp_path, datafile, opts):
+    trace, job = fio(tmp_path, datafile, "--ioengine=io_uring", "--iodepth=16",
+                     "--rw=randrw", "--bs=8k", "--io_size=8M", *opts)
+    for ddir, op in (("read", "io_uring_read"), ("write", "io_uring_write")):
+        n, moved, asked = requests_on(trace, datafile, op)
+        assert n == job[ddir]["total_ios"] > 0
+        assert moved == asked == job[ddir]["io_bytes"]
+    # a registered file's requests carry its index and the flag, and resolve
+    # to the file all the same
+    fixed = scalar(trace, "select count(*) from events where op like 'io_uring_%' "
+                          "and eflags & 16 <> 0")
+    assert fixed == job["read"]["total_ios"] + job["write"]["total_ios"]
+    if "--sqthread_poll=1" in opts:
+        # the ring's kernel thread submitted them: a thread of fio's job
+        # process, not the job's own thread
+        subs = rows(trace, """
+            select t.name, e.pid = t.pid, count(*) from events e join threads t using (tid)
+            where e.op like 'io_uring_%' group by all""")
+        assert subs and all(name.startswith("iou-sqp") and same for name, same, _ in subs), subs
+
+
+def test_libaio_direct_reads_and_writes_exact(tmp_path, blockdir):
+    data = blockdir / "data.bin"
+    with open(data, "wb") as f:
+        for _ in range(FILE_MB):
+            f.write(os.urandom(MIB))
+        os.fsync(f.fileno())   # its writeback is not the job's
+    trace, job = fio(tmp_path, data, "--ioengine=libaio", "--direct=1", "--iodepth=16",
+                     "--rw=randrw", "--bs=16k")
+    for ddir, op in (("read", "aio_read"), ("write", "aio_write")):
+        n, moved, asked = requests_on(trace, data, op)
+        assert n == job[ddir]["total_ios"] > 0
+        assert moved == asked == job[ddir]["io_bytes"]
+    entry = summary_file(tmp_path, data)
+    assert entry["by_interface"]["libaio"]["reads"] == job["read"]["total_ios"]
+    assert entry["by_interface"]["libaio"]["write_bytes"] == job["write"]["io_bytes"]
+    # O_DIRECT: no page cache; the device requests carry the file (each one
+    # a whole fio request here: 16 KiB aligned)
+    assert entry["cache_hit_bytes"] == 0 and entry["cache_miss_bytes"] == 0
+    assert entry["direct_read_bytes"] == job["read"]["io_bytes"]
+    assert entry["device_read_bytes"] == job["read"]["io_bytes"]
+    assert entry["device_write_bytes"] == job["write"]["io_bytes"]
+    assert trace.meta["counters"]["async_lost"] == 0
+
+
+@needs_uring
+def test_io_uring_cold_buffered_reads_come_from_storage(tmp_path, blockdir):
+    """Buffered reads through a ring fill the page cache outside any read
+    call: the cache_fill records must carry the file's size when it is read
+    cold, so the summary says misses, not hits."""
+    data = blockdir / "data.bin"
+    with open(data, "wb") as f:
+        for _ in range(FILE_MB):
+            f.write(os.urandom(MIB))
+    size = data.stat().st_size
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    trace, job = fio(tmp_path, data, "--ioengine=io_uring", "--iodepth=4", "--rw=read",
+                     "--bs=128k")
+    assert job["read"]["io_bytes"] == size
+    entry = summary_file(tmp_path, data)
+    assert entry["by_interface"]["io_uring"]["read_bytes"] == size
+    assert abs(entry["cache_miss_bytes"] - size) <= 0.05 * size
+    assert entry["cache_hit_bytes"] <= 0.05 * size
+    assert entry["device_read_bytes"] >= 0.95 * size
