@@ -59,6 +59,8 @@ class Context:
     events, files, processes, threads (the trace), and
       io      one row per read/write-family call with bytes moved and path
       data_io   io on the job's data: no code, libraries or system files
+      async_io  one row per io_uring/libaio read or write request (iface)
+      all_io, all_data_io   io and async_io together (for byte counts and rates)
       meta_ops  metadata calls (open/stat/close/getdents/unlink/rename/mkdir)
     and `t0_ns`/`t1_ns` (first and last event), `duration_s`."""
     con: Any

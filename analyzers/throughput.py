@@ -29,13 +29,13 @@ def per_bin(ctx: Context, direction: str, width: int) -> list[tuple[int, float]]
     """(bin index, bytes per second in that bin)."""
     return ctx.rows(f"""
         select (ts_ns - {ctx.t0_ns}) // {width} as b, sum(nbytes) * {1e9 / width}
-        from io where dir = '{direction}' group by b order by b""")
+        from all_io where dir = '{direction}' group by b order by b""")
 
 
 def read_finding(ctx: Context, th: dict) -> list[Finding]:
     target = ctx.targets.read_bps
     first, last, total = ctx.one("""select min(ts_ns), max(ts_ns + dur_ns), sum(nbytes)
-                                    from io where dir = 'read'""")
+                                    from all_io where dir = 'read'""")
     if not target or not total:
         return []
     span_s = max((last - first) / 1e9, 1e-3)
@@ -51,15 +51,15 @@ def read_finding(ctx: Context, th: dict) -> list[Finding]:
     split = first + int((last - first) * th["startup_share"])
     startup, steady = ctx.one(f"""
         select sum(nbytes) filter (where ts_ns < {split}),
-               sum(nbytes) filter (where ts_ns >= {split}) from io where dir = 'read'""")
+               sum(nbytes) filter (where ts_ns >= {split}) from all_io where dir = 'read'""")
     startup_rate = (startup or 0) / max((split - first) / 1e9, 1e-3)
     steady_rate = (steady or 0) / max((last - split) / 1e9, 1e-3)
     procs = ctx.rows(f"""
         select i.pid, any_value(p.cmdline), sum(nbytes), sum(nbytes) / {total}
-        from io i left join processes p using (pid) where dir = 'read'
+        from all_io i left join processes p using (pid) where dir = 'read'
         group by i.pid order by 3 desc limit 5""")
     files = ctx.rows(f"""
-        select path, sum(nbytes), sum(nbytes) / {total} from io where dir = 'read'
+        select path, sum(nbytes), sum(nbytes) / {total} from all_io where dir = 'read'
         group by path order by 2 desc limit 5""")
     worst = sorted(seconds, key=lambda s: bins.get(s, 0))[:3]
     sev = "high" if ratio < th["high_ratio"] else "warn"

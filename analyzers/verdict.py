@@ -35,7 +35,7 @@ def window_rates(ctx: Context, lo: int, hi: int) -> dict:
     rd, wr = ctx.one(f"""
         select coalesce(sum(nbytes) filter (where dir = 'read'), 0),
                coalesce(sum(nbytes) filter (where dir = 'write'), 0)
-        from data_io where ts_ns >= {lo} and ts_ns < {hi}""")
+        from all_data_io where ts_ns >= {lo} and ts_ns < {hi}""")
     first, last = ctx.one(f"""
         select min(ts_ns), max(ts_ns + dur_ns) from events
         where file_id in (select file_id from data_files) and op != 'offcpu'
@@ -62,7 +62,7 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     }
     rates = window_rates(ctx, lo, hi)
     v.update(rates)
-    any_io = ctx.one("select count(*) from io")[0]
+    any_io = ctx.one("select count(*) from all_io")[0]
     if not any_io:
         v.update(status="no-io", summary=f"No file reads or writes in {ctx.duration_s:.1f} s: "
                                          "nothing to judge.")
@@ -138,7 +138,7 @@ def epochs(ctx: Context, w: Waits) -> list[dict]:
         spans = list(zip(bounds, bounds[1:]))
     # dataset bytes read per epoch, in one range join
     rd = dict(ctx.rows(f"""
-        select k, sum(nbytes) from data_io d
+        select k, sum(nbytes) from all_data_io d
         join (values {', '.join(f'({k}, {s}, {e})' for k, (s, e) in enumerate(spans))})
              as ep(k, s, e) on d.ts_ns >= ep.s and d.ts_ns < ep.e
         where d.dir = 'read' and d.file_id in (select file_id from data_files)

@@ -1,7 +1,8 @@
 """DuckDB views the rules share, created once per report."""
 from __future__ import annotations
 
-from iotrace.abi import READ_OPS, WRITE_OPS, sql_list  # noqa: F401  (re-exported to rules)
+from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, READ_OPS, WRITE_OPS,  # noqa: F401
+                         sql_list)
 
 META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fstat",
             "newfstatat", "statx", "getdents64", "unlink", "unlinkat", "rename", "renameat",
@@ -44,6 +45,26 @@ def create_views(con) -> None:
     con.execute(f"""
         create or replace temp view data_io as
         select * from io where ret >= 0 and file_id not in
+            (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
+    # io_uring and libaio requests: submission to completion, many in flight
+    # at once, so their durations are latencies, not time a thread spent in a
+    # call. The rules on call patterns and call time read `io`; the rates
+    # read `all_io`/`all_data_io`, which add these.
+    con.execute(f"""
+        create or replace temp table async_io as
+        select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,
+               e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
+               0::bigint as cache_added, f.path, f.fs_type,
+               case when e.op in {sql_list(ASYNC_READ_OPS)} then 'read' else 'write' end as dir,
+               case when e.op like 'io_uring_%' then 'io_uring' else 'libaio' end as iface
+        from events e join files f using (file_id)
+        where e.op in {sql_list(ASYNC_READ_OPS + ASYNC_WRITE_OPS)} and e.file_id >= 0""")
+    con.execute("""
+        create or replace temp view all_io as
+        select *, 'syscall' as iface from io union all by name select * from async_io""")
+    con.execute(f"""
+        create or replace temp view all_data_io as
+        select * from all_io where ret >= 0 and file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     con.execute(f"""
         create or replace temp view meta_ops as

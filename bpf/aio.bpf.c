@@ -3,7 +3,8 @@
  * iotrace asynchronous I/O: one record per io_uring or libaio request of the
  * traced job, from its submission to its completion.
  *
- * - io_uring: io_uring_submit_req runs where the request is submitted (the
+ * - io_uring: io_uring_submit_req (io_uring_submit_sqe before 6.4) runs
+ *   where the request is submitted (the
  *   io_uring_enter caller, or the ring's SQPOLL thread, a thread of the job)
  *   after the request was prepared: its opcode, fd (or registered-file
  *   index), offset and length are read there, and for openat/statx the path.
@@ -195,8 +196,7 @@ static __always_inline __u64 uring_iov_bytes(__u64 uiov, __u64 cnt, __u16 *eflag
 	return total;
 }
 
-SEC("tp_btf/io_uring_submit_req")
-int BPF_PROG(iot_uring_submit, struct io_kiocb *req)
+static __always_inline int uring_submit(struct io_kiocb *req)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid(), key = (__u64)req;
 	struct pending p = {};
@@ -257,6 +257,21 @@ int BPF_PROG(iot_uring_submit, struct io_kiocb *req)
 	if (bpf_map_update_elem(&uring_reqs, &key, &p, BPF_ANY))
 		count(IOT_CNT_ASYNC_LOST);
 	return 0;
+}
+
+/* 6.4 and later */
+SEC("tp_btf/io_uring_submit_req")
+int BPF_PROG(iot_uring_submit, struct io_kiocb *req)
+{
+	return uring_submit(req);
+}
+
+/* 6.0 to 6.3: the same tracepoint under its old name, (req, force_nonblock)
+ * (the loader checks that its first argument is the request) */
+SEC("tp_btf/io_uring_submit_sqe")
+int BPF_PROG(iot_uring_submit_sqe, struct io_kiocb *req)
+{
+	return uring_submit(req);
 }
 
 /* 6.1: (ctx, req, user_data, res, cflags, extra1, extra2); 6.18: (ctx, req,

@@ -176,3 +176,29 @@ def test_io_uring_cold_buffered_reads_come_from_storage(tmp_path, blockdir):
     assert abs(entry["cache_miss_bytes"] - size) <= 0.05 * size
     assert entry["cache_hit_bytes"] <= 0.05 * size
     assert entry["device_read_bytes"] >= 0.95 * size
+
+
+@needs_uring
+def test_shallow_queue_finding(tmp_path, blockdir):
+    """O_DIRECT random reads through a ring, one in flight: the async-depth
+    finding with depth 1; the same with 32 in flight: none."""
+    data = blockdir / "data.bin"
+    with open(data, "wb") as f:
+        for _ in range(FILE_MB):
+            f.write(os.urandom(MIB))
+        os.fsync(f.fileno())
+    found = {}
+    for depth in (1, 32):
+        run_dir = tmp_path / f"d{depth}"
+        run_dir.mkdir()
+        trace, job = fio(run_dir, data, "--ioengine=io_uring", "--direct=1",
+                         f"--iodepth={depth}", "--rw=randread", "--bs=4k", "--io_size=8M")
+        proc = iotrace_cmd("report", str(run_dir / "trace"), "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        found[depth] = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+    shallow = found[1].get("async-depth")
+    assert shallow, found[1].keys()
+    assert shallow["evidence"]["max_in_flight"] == 1
+    assert shallow["evidence"]["requests"] == 2048
+    assert shallow["evidence"]["storage_share"] >= 0.95
+    assert "async-depth" not in found[32]

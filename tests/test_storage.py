@@ -81,6 +81,31 @@ def test_cold_read_comes_from_storage_warm_from_memory(tmp_path, blockdir):
     assert entry["cache_miss_bytes"] == cold_miss + warm_miss
     assert entry["cache_hit_bytes"] == 2 * size - entry["cache_miss_bytes"]
     assert abs(entry["device_read_bytes"] - entry["cache_miss_bytes"]) <= 0.05 * size
+    # the Perfetto timeline: a counter track per device and one for the bytes
+    # that came from storage, each summing to what the trace says
+    proc = iotrace_cmd("export", "--perfetto", "--no-findings", str(tmp_path / "t"),
+                       "-o", str(tmp_path / "t.pftrace"))
+    assert proc.returncode == 0, proc.stderr
+    tracks = counter_totals(tmp_path / "t.pftrace")
+    dev = max(summary(tmp_path / "t")["devices"], key=lambda d: d["read_bytes"])
+    assert tracks[f"device {dev['name']}: read MB/s"] == pytest.approx(dev["read_bytes"], rel=1e-3)
+    assert tracks["job: from storage (page-cache misses) MB/s"] >= cold_miss
+
+
+def counter_totals(path: Path) -> dict:
+    """Bytes under each MB/s counter track of a .pftrace (a value holds until
+    the next point), decoded with the `perfetto` package's protos."""
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    tr = pb.Trace.FromString(path.read_bytes())
+    names = {p.track_descriptor.uuid: p.track_descriptor.name for p in tr.packet
+             if p.HasField("track_descriptor")}
+    points: dict = {}
+    for p in tr.packet:
+        if p.HasField("track_event") and p.track_event.HasField("double_counter_value"):
+            points.setdefault(p.track_event.track_uuid, []).append(
+                (p.timestamp, p.track_event.double_counter_value))
+    return {names[u]: sum(v * 1e6 * (t2 - t) / 1e9 for (t, v), (t2, _) in zip(pts, pts[1:]))
+            for u, pts in points.items() if names.get(u, "").endswith("MB/s")}
 
 
 def test_numpy_mmap_faults_bring_the_file_in(tmp_path, blockdir):
@@ -161,7 +186,15 @@ def test_writeback_of_the_jobs_file_is_the_jobs(tmp_path, blockdir):
     assert writeback + by_job > 0
 
 
-def test_throttled_device_rate(tmp_path, blockdir):
+def findings_of(out: Path) -> dict:
+    proc = iotrace_cmd("report", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+
+
+def test_throttled_device_rate_and_its_finding(tmp_path, blockdir):
+    """A cgroup throttle makes real slow storage: the device's rate in the
+    summary, and the device-at-limit finding naming the ceiling, within 10%."""
     data = random_file(blockdir / "slow.bin", 24)
     bps = 12 * 1000 * 1000
     with cold_throttled_reads(data, bps) as prefix:
@@ -174,6 +207,21 @@ def test_throttled_device_rate(tmp_path, blockdir):
     assert (dev["major"], dev["minor"]) == (os.major(st.st_dev), os.minor(st.st_dev)) \
         or dev["read_bytes"] >= data.stat().st_size
     assert abs(dev["read_bytes_per_s"] - bps) <= 0.10 * bps, dev
+    f = findings_of(tmp_path / "t").get("device-at-limit")
+    assert f, "no device-at-limit finding on a throttled device"
+    assert abs(f["evidence"]["ceiling_bytes_per_s"] - bps) <= 0.10 * bps, f["evidence"]
+    assert f["evidence"]["device"] == dev["name"]
+    assert f["evidence"]["bound"] == "bandwidth"   # dd's 1 MiB reads: large requests
+
+
+def test_no_device_finding_when_the_device_keeps_up(tmp_path, blockdir):
+    """The same file read cold without a throttle: the device serves it in a
+    fraction of a second, too short to call a limit (min_span_s)."""
+    data = random_file(blockdir / "fast.bin", 24)
+    drop_caches()
+    proc, _ = trace_run(tmp_path / "t", "dd", f"if={data}", "of=/dev/null", "bs=1M")
+    assert proc.returncode == 0, proc.stderr
+    assert "device-at-limit" not in findings_of(tmp_path / "t")
 
 
 def test_page_cache_finding_on_a_warm_run_only(tmp_path, blockdir):

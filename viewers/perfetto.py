@@ -82,7 +82,7 @@ import numpy as np
 import pyarrow as pa
 
 from iotrace import abi
-from iotrace.abi import LIFE_OPS, SYNC_OPS, sql_list
+from iotrace.abi import ASYNC_READ_OPS, ASYNC_WRITE_OPS, LIFE_OPS, SYNC_OPS, sql_list
 
 from .loop_timeline import segments
 
@@ -660,7 +660,15 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
         describe(_fv(F.TD_UUID, fi_uuid) + _fb(F.TD_NAME, "findings")
                  + _fv(F.TD_SIBLING_ORDER_RANK, 4))
 
-        ctr_bytes = _encode_counters(counter_rows, pid_counters, job, t0, bin_ns, stats)
+        extra = []
+        for rank, (label, unit, bins, vals) in enumerate(
+                _storage_series(con, trace.meta, t0, bin_ns), start=5):
+            u = uuids.take()
+            describe(_fv(F.TD_UUID, u) + _fb(F.TD_NAME, label)
+                     + _fv(F.TD_SIBLING_ORDER_RANK, rank)
+                     + _fb(F.TD_COUNTER, _fb(F.CD_UNIT_NAME, unit)))
+            extra.append((u, bins, vals))
+        ctr_bytes = _encode_counters(counter_rows, pid_counters, job, t0, bin_ns, stats, extra)
         mark("counters (encode)")
 
         # ---- phases and findings (few events, encoded one by one) ----
@@ -874,10 +882,13 @@ def _counters(con, t0: int, t1: int, bin_ns: int, stats: dict):
     W = int(bin_ns)
     io = f"""
         select pid, ts_ns - {t0} as s, ts_ns - {t0} + greatest(dur_ns, 0) as e,
-               case when op in {sql_list(READ_OPS)} then greatest(ret, 0) else 0 end as rb,
-               case when op in {sql_list(WRITE_OPS)} then greatest(ret, 0) else 0 end as wb
+               case when op in {sql_list(READ_OPS + ASYNC_READ_OPS)} then greatest(ret, 0)
+                    else 0 end as rb,
+               case when op in {sql_list(WRITE_OPS + ASYNC_WRITE_OPS)} then greatest(ret, 0)
+                    else 0 end as wb
         from events
-        where file_id >= 0 and op in {sql_list(READ_OPS + WRITE_OPS + SYNC_OPS)}"""
+        where file_id >= 0 and op in {sql_list(READ_OPS + WRITE_OPS + SYNC_OPS + ASYNC_READ_OPS
+                                               + ASYNC_WRITE_OPS)}"""
     rows = con.execute(f"""
         with io as ({io}),
         one as (select pid, s // {W} as bin, sum(rb)::double as rb, sum(wb)::double as wb,
@@ -919,7 +930,52 @@ def _points(bins: np.ndarray, vals: np.ndarray, W: int, t0: int):
     return t0 + tb[order].astype(np.int64) * W, tv[order]
 
 
-def _encode_counters(r, pid_counters, job, t0, W, stats) -> bytes:
+def _storage_series(con, meta: dict, t0: int, W: int) -> list:
+    """Counter series below the job's: per block device (read and write MB/s,
+    requests in flight; a request's bytes and time spread over the bins it
+    covers) and the page cache (MB/s the job's reads, faults and async
+    requests had to bring from storage). [(label, unit, bins, values)]."""
+    out = []
+    scale = 1e9 / W / 1e6
+    r = con.execute(f"""
+        with rq as (select mode as dev, ts_ns - {t0} as s,
+                           ts_ns - {t0} + greatest(dur_ns, 1) as e, req_bytes,
+                           flags & 255 as k
+                    from events where op = 'block_rq' and ts_ns >= {t0}),
+        span as (select *, unnest(range(s // {W}, (e - 1) // {W} + 1)) as bin from rq),
+        part as (select *, (least(e, (bin + 1) * {W}) - greatest(s, bin * {W}))::double
+                               as ns from span)
+        select dev, bin,
+               sum(case when k = 0 then req_bytes * ns / (e - s) else 0 end) as rb,
+               sum(case when k = 1 then req_bytes * ns / (e - s) else 0 end) as wb,
+               sum(ns) as busy
+        from part group by all order by dev, bin""").fetchnumpy()
+    names = meta.get("block_devices", {})
+    devs = np.asarray(r["dev"])
+    for d in np.unique(devs):
+        sel = devs == d
+        key = f"{int(d) >> 20}:{int(d) & 0xFFFFF}"
+        name = names.get(key, key)
+        bins = np.asarray(r["bin"])[sel].astype(np.int64)
+        for label, col, mult, unit in (("read MB/s", "rb", scale, "MB/s"),
+                                       ("write MB/s", "wb", scale, "MB/s"),
+                                       ("requests in flight", "busy", 1.0 / W, "requests")):
+            vals = np.asarray(r[col])[sel].astype(float) * mult
+            nz = vals > 0
+            out.append((f"device {name}: {label}", unit, bins[nz], vals[nz]))
+    m = con.execute(f"""
+        select (ts_ns - {t0}) // {W} as bin, sum(b)::double as b from (
+            select ts_ns, arg as b from events where op in {sql_list(abi.READ_OPS)} and arg > 0
+            union all select ts_ns, ret from events
+                where op in ('page_fault', 'cache_fill') and ret > 0)
+        where ts_ns >= {t0} group by all order by bin""").fetchnumpy()
+    if len(m["bin"]):
+        out.append(("job: from storage (page-cache misses) MB/s", "MB/s",
+                    np.asarray(m["bin"]).astype(np.int64), np.asarray(m["b"]) * scale))
+    return out
+
+
+def _encode_counters(r, pid_counters, job, t0, W, stats, extra=()) -> bytes:
     ts_l, val_l, uuid_l = [], [], []
     scale = 1e9 / W / 1e6          # bytes in a bin -> MB/s
 
@@ -945,6 +1001,9 @@ def _encode_counters(r, pid_counters, job, t0, W, stats) -> bytes:
             tot = np.bincount(bins, weights=r[col], minlength=nb)
             nz = np.flatnonzero(tot > 0)
             add(job[key], nz, tot[nz] * mult)
+    for uuid, bins, vals in extra:
+        if len(bins):
+            add(uuid, bins, vals)
     if not ts_l:
         return b""
     ts = np.concatenate(ts_l)

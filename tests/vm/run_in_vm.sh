@@ -35,7 +35,7 @@ timeout 120 mount -t nfs -o vers=3,proto=rdma,port=20049,nolock "10.99.0.1:$W/ex
     2>>"$OUT/setup.log" || log "NFS over RDMA mount failed"
 grep nfs /proc/mounts >> "$OUT/setup.log"
 rdma link >> "$OUT/setup.log" 2>&1
-# A block device for the page-cache, mmap and block tests (two of them here:
+# A block device for the page-cache, mmap, block and libaio tests (three here:
 # each costs about a minute under emulation) (the guest's /tmp is tmpfs
 # and its root the host's, shared): an ext4 on a loop device.
 modprobe loop 2>>"$OUT/setup.log"
@@ -55,5 +55,7 @@ IOTRACE_VM_NFS=$W timeout 780 .venv/bin/python -m pytest -v --durations=15 -p no
     tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
     tests/test_storage.py::test_cold_read_comes_from_storage_warm_from_memory \
     tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
+    "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
+    tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact \
     > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"

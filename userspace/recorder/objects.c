@@ -230,8 +230,38 @@ static bool have_syscall_tracepoint(const char *tp)
 	return false;
 }
 
+/* Whether tracepoint tp's argument idx (0: the first after the hidden
+ * context) is a pointer (to struct `target` when given). */
+static bool tp_arg_is_ptr(const struct btf *btf, const char *tp, int idx, const char *target)
+{
+	char name[128];
+	const struct btf_type *t;
+	const struct btf_param *params;
+	int id;
+
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	id = btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF);
+	if (id <= 0)
+		return false;
+	t = btf__type_by_id(btf, btf__type_by_id(btf, id)->type);   /* typedef -> pointer */
+	while (t && btf_is_ptr(t))
+		t = btf__type_by_id(btf, t->type);
+	if (!t || !btf_is_func_proto(t) || btf_vlen(t) <= idx + 1)
+		return false;
+	params = btf_params(t);
+	t = btf__type_by_id(btf, params[idx + 1].type);
+	if (!t || !btf_is_ptr(t))
+		return false;
+	if (!target)
+		return true;
+	t = btf__type_by_id(btf, t->type);
+	return t && btf_is_struct(t) && !strcmp(btf__name_by_offset(btf, t->name_off), target);
+}
+
 /* io_uring: both probes or none (a request is paired from its submission to
- * its completion); libaio: all six or none, likewise. */
+ * its completion); libaio: all six or none, likewise. The submission
+ * tracepoint is io_uring_submit_req from 6.4, io_uring_submit_sqe(req, ...)
+ * in 6.0-6.3; older kernels pass no request: no io_uring probes there. */
 static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
 {
 	struct probe *p = aio_probes, *aio = aio_probes + N_URING_PROBES;
@@ -244,10 +274,23 @@ static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
 	}
 	for (int i = 0; i < n; i++)
 		p[i].bpf = bpf_object__find_program_by_name(o->obj, p[i].prog);
-	for (int i = 0; i < N_URING_PROBES; i++)
-		if (!btf_has_tracepoint(vmlinux, p[i].tp))
-			skip_probes(p, N_URING_PROBES, "this kernel has no %s tracepoint "
-				    "(io_uring absent, or older than 6.0)", p[i].tp);
+	if (!btf_has_tracepoint(vmlinux, "io_uring_submit_req") &&
+	    tp_arg_is_ptr(vmlinux, "io_uring_submit_sqe", 0, "io_kiocb")) {
+		struct bpf_program *old = bpf_object__find_program_by_name(o->obj,
+									  "iot_uring_submit_sqe");
+		bpf_program__set_autoload(p[0].bpf, false);
+		p[0].tp = "io_uring_submit_sqe";
+		p[0].name = "io_uring submissions (io_uring_submit_sqe)";
+		p[0].bpf = old;
+	} else {
+		bpf_program__set_autoload(o->progs.iot_uring_submit_sqe, false);
+	}
+	if (!btf_has_tracepoint(vmlinux, p[0].tp))
+		skip_probes(p, N_URING_PROBES, "this kernel has no io_uring_submit_req tracepoint "
+			    "(io_uring absent, or older than 6.0)");
+	else if (!tp_arg_is_ptr(vmlinux, "io_uring_complete", 1, NULL))
+		skip_probes(p, N_URING_PROBES, "this kernel's io_uring_complete passes no request "
+			    "(older than 6.0)");
 	for (int i = 0; i < naio; i++)
 		if (!have_syscall_tracepoint(aio[i].tp))
 			skip_probes(aio, naio, "no %s tracepoint (mount tracefs, or a kernel "

@@ -1,0 +1,131 @@
+"""device-at-limit: is a block device delivering all it can, and is that too little?
+
+Question: while the job read from storage, was a device's read rate flat at a
+ceiling (a bandwidth or IOPS limit: the device's own, a cloud volume's, a
+cgroup throttle's) while the job kept waiting on it? Then no change in the
+job's code makes the storage faster: the fix is bigger requests (IOPS-bound),
+more devices or a faster tier (bandwidth-bound), or more requests in flight
+(when the queue is shallow).
+
+Over the job's completed block read requests (`block_rq`) of each device,
+from the first to the last completion (the reading span):
+  ceiling_bytes_per_s   read bytes / span (and ceiling_iops: requests / span)
+  storage_wait_share    the share of the span during which a job thread was in
+                        a read that missed the page cache, in a major fault,
+                        or had an io_uring/libaio read in flight: the job
+                        asked for more than the storage gave
+  mean request size     bytes / requests: under `iops_request_bytes` the
+                        device is IOPS-bound (many small requests, shuffled
+                        small samples), else bandwidth-bound
+  device_busy_share     device service time / span: low while the job waits
+                        means the limit is in front of the device (a cgroup
+                        throttle, a volume's provisioned rate) or too few
+                        requests are in flight
+Per-second flatness is not asked for: a throttle or a provisioned volume
+releases large requests in bursts, flat only over seconds.
+Trigger: read_bytes >= min_read_bytes, span >= min_span_s and
+storage_wait_share >= min_wait_share. Severity and impact from the loop's
+data waits in those reads (impact.py); warn without a training loop.
+"""
+from __future__ import annotations
+
+from iotrace.abi import ASYNC_READ_OPS, READ_OPS, sql_list
+
+from .base import Context, Finding, Rule
+from .rates import human_bytes, human_rate
+
+REQ_OP_READ = 0
+
+# The job's storage waits: reads that missed the cache, major faults, async
+# reads in flight (their intervals; a condition on events e).
+STORAGE_WAIT_CALLS = (f"((e.op in {sql_list(READ_OPS)} and e.arg > 0)"
+                      f" or (e.op = 'page_fault' and e.ret > 0)"
+                      f" or e.op in {sql_list(ASYNC_READ_OPS)})")
+
+PER_DEVICE = f"""
+    select mode as dev, count(*) as n, sum(req_bytes) as bytes,
+           min(ts_ns + dur_ns) as first_ns, max(ts_ns + dur_ns) as last_ns,
+           median(dur_ns) as p50_ns, quantile_cont(dur_ns, 0.99) as p99_ns,
+           sum(dur_ns) as busy_ns
+    from events where op = 'block_rq' and ret = 0 and flags & 255 = {REQ_OP_READ}
+    group by mode order by bytes desc"""
+
+
+def covered_ns(ctx: Context, lo: int, hi: int) -> int:
+    """Time in [lo, hi) covered by at least one storage-wait interval."""
+    return ctx.one(f"""
+        with iv as (select greatest(ts_ns, {lo}) as s, least(ts_ns + dur_ns, {hi}) as e
+                    from events e where {STORAGE_WAIT_CALLS}
+                      and ts_ns < {hi} and ts_ns + dur_ns > {lo} and dur_ns > 0),
+        o as (select s, e, max(e) over (order by s rows between unbounded preceding
+                                         and 1 preceding) as prev from iv),
+        g as (select s, e, sum(case when prev is null or s > prev then 1 else 0 end)
+                               over (order by s rows unbounded preceding) as grp from o)
+        select coalesce(sum(ge - gs), 0) from (select min(s) as gs, max(e) as ge
+                                               from g group by grp)""")[0]
+
+
+def device_name(ctx: Context, dev: int) -> str:
+    key = f"{dev >> 20}:{dev & 0xFFFFF}"
+    return ctx.meta.get("block_devices", {}).get(key, key)
+
+
+def run(ctx: Context) -> list[Finding]:
+    th = ctx.th("device-at-limit")
+    out = []
+    for dev, n, nbytes, first, last, p50, p99, busy_ns in ctx.rows(PER_DEVICE):
+        span_ns = last - first
+        if nbytes < th["min_read_bytes"] or span_ns < th["min_span_s"] * 1e9:
+            continue
+        wait_share = covered_ns(ctx, first, last) / span_ns
+        if wait_share < th["min_wait_share"]:
+            continue
+        span_s = span_ns / 1e9
+        rate, iops = nbytes / span_s, n / span_s
+        mean_req = nbytes / n
+        depth = busy_ns / span_ns
+        iops_bound = mean_req < th["iops_request_bytes"]
+        name = device_name(ctx, dev)
+        kind = ("IOPS-bound: many small requests" if iops_bound
+                else "bandwidth-bound: large requests")
+        rec = (f"{name} is {kind} (mean request {human_bytes(mean_req)}). "
+               + ("Read larger samples or pack small ones into shards (WebDataset tar, "
+                  "TFRecord, HDF5 chunks) so each request moves more bytes; shuffle shard "
+                  "order instead of individual samples. "
+                  if iops_bound else
+                  "Spread the dataset over more devices (striping, several volumes), move it "
+                  "to a faster tier (local NVMe cache) or cache it in memory. ")
+               + (f"The device itself was busy {depth:.0%} of the time: the limit is in "
+                  "front of it (a cgroup I/O throttle, a cloud volume's provisioned rate) "
+                  "or the job keeps too few requests in flight; raise the limit, or add "
+                  "loader workers or io_uring/libaio depth. " if depth < 0.5 else ""))
+        out.append(Finding(
+            id="device-at-limit", severity="warn",
+            title=f"Reads from {name} limited to {human_rate(rate)}",
+            summary=(f"The job waited on storage {wait_share:.0%} of the {span_s:.1f} s it "
+                     f"read from {name}, which delivered {human_rate(rate)} "
+                     f"({iops:.0f} requests/s): the storage, not the job, set the pace."),
+            recommendation=rec.strip(),
+            evidence={"device": name, "major": dev >> 20, "minor": dev & 0xFFFFF,
+                      "ceiling_bytes_per_s": round(rate), "ceiling_iops": round(iops),
+                      "storage_wait_share": round(wait_share, 3),
+                      "read_bytes": int(nbytes), "requests": int(n),
+                      "mean_request_bytes": round(mean_req),
+                      "bound": "iops" if iops_bound else "bandwidth",
+                      "device_busy_share": round(depth, 3),
+                      "service_ms_p50": round(p50 / 1e6, 3), "service_ms_p99": round(p99 / 1e6, 3),
+                      "span_s": round(span_s, 3)},
+            examples=[{"ts_ns": int(first), "pid": 0, "tid": 0,
+                       "what": f"first read request completed on {name}"}],
+        ))
+    return out
+
+
+RULE = Rule(
+    id="device-at-limit",
+    title="Block device at its limit",
+    question="Is a device delivering a flat maximum while the job waits on it?",
+    thresholds={"min_read_bytes": 16 << 20, "min_span_s": 1.0, "min_wait_share": 0.8,
+                "iops_request_bytes": 64 << 10},
+    run=run,
+)
