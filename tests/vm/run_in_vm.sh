@@ -55,7 +55,6 @@ IOTRACE_VM_NFS=$W timeout 780 .venv/bin/python -m pytest -v --durations=15 -p no
     tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
     tests/test_storage.py::test_cold_read_comes_from_storage_warm_from_memory \
     tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
-    "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
     tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact \
     > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"

@@ -119,12 +119,18 @@ def print_storage(t: Trace, console: Console) -> None:
     io = files_and_devices(t)
     hit = sum(f["cache_hit_bytes"] for f in io["files"])
     miss = sum(f["cache_miss_bytes"] for f in io["files"])
-    mmap = sum(f["by_interface"]["mmap"]["read_bytes"] for f in io["files"])
+    via = {k: sum(f["by_interface"][k]["read_bytes"] + f["by_interface"][k]["write_bytes"]
+                  for f in io["files"]) for k in ("mmap", "io_uring", "libaio")}
+    direct = sum(f["direct_read_bytes"] for f in io["files"])
+    also = "; ".join(f"{human_bytes(n)} through {k}" for k, n in via.items() if n)
+    if direct:
+        also = "; ".join(x for x in (also, f"{human_bytes(direct)} read with O_DIRECT") if x)
     if hit + miss:
         console.print(f"  page cache: {human_bytes(miss)} read from storage, "
                       f"{human_bytes(hit)} served from memory "
-                      f"({100 * hit / (hit + miss):.0f}% hits)"
-                      + (f"; {human_bytes(mmap)} through mmap" if mmap else ""))
+                      f"({100 * hit / (hit + miss):.0f}% hits)" + (f"; {also}" if also else ""))
+    elif also:
+        console.print(f"  {also}")
     for d in io["devices"]:
         console.print(f"  device {d['name']}: read {human_bytes(d['read_bytes'])} in "
                       f"{d['reads']:,} requests, wrote {human_bytes(d['write_bytes'])} in "
