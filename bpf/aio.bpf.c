@@ -29,7 +29,10 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define S_IFMT_ 0170000
-#define REQ_F_FIXED_FILE_ 1ULL   /* REQ_F_FIXED_FILE_BIT = 0 since 5.x */
+/* bits of io_kiocb.flags (an anonymous enum: no CO-RE relocation; the
+ * same on 6.1 and 6.18) */
+#define REQ_F_FIXED_FILE_ (1ULL << 0)
+#define REQ_F_CQE_SKIP_ (1ULL << 6)
 
 /* IORING_OP_* (uapi, stable) */
 #define OP_READV 1
@@ -74,8 +77,9 @@ struct pending {
 	__u16 code;       /* IORING_OP_* or IOCB_CMD_* */
 };
 
-/* LRU: a request whose completion never shows (cancelled with its ring, a
- * CQE the ring was told to skip) is evicted, not leaked. */
+/* LRU: a request whose completion never shows (cancelled with its ring) is
+ * evicted, not leaked; requests told to skip their completion are not
+ * entered. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -141,20 +145,54 @@ static __always_inline bool traced_tgid(__u32 tgid)
 	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
 }
 
+/* The last file whose identity this CPU read: a ring or an aio context
+ * mostly works on the same few files, and reading an identity is six
+ * dependent kernel reads. Keyed by the file and its inode pointer both. */
+struct file_cache {
+	__u64 file, inode, ino;
+	__u32 dev, magic;
+	__u16 imode;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct file_cache);
+} last_file SEC(".maps");
+
 /* The identity of a struct file into a record's ino/dev/fs_magic/imode. */
 static __always_inline void file_identity(struct file *f, struct iot_event *e)
 {
+	struct file_cache *c;
 	struct inode *inode;
+	__u32 zero = 0;
 
 	if (!f)
 		return;
 	inode = BPF_CORE_READ(f, f_inode);
 	if (!inode)
 		return;
+	c = bpf_map_lookup_elem(&last_file, &zero);
+	if (c && c->file == (__u64)f && c->inode == (__u64)inode) {
+		e->imode = c->imode;
+		e->ino = c->ino;
+		e->dev = c->dev;
+		e->fs_magic = c->magic;
+		return;
+	}
 	e->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
 	e->ino = BPF_CORE_READ(inode, i_ino);
 	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
+	if (c) {
+		c->file = (__u64)f;
+		c->inode = (__u64)inode;
+		c->imode = e->imode;
+		c->ino = e->ino;
+		c->dev = e->dev;
+		c->magic = e->fs_magic;
+	}
 }
 
 /* ---- io_uring ----------------------------------------------------------- */
@@ -218,6 +256,10 @@ static __always_inline int uring_submit(struct io_kiocb *req)
 	bpf_probe_read_kernel(&flags, bpf_core_field_size(req->flags), &req->flags);
 	if (flags & REQ_F_FIXED_FILE_)
 		p.eflags |= IOT_EF_FIXED_FILE;
+	if (flags & REQ_F_CQE_SKIP_) {
+		count(IOT_CNT_ASYNC_LOST);   /* no completion will show */
+		return 0;
+	}
 	if (p.op == IOT_IO_URING_READ || p.op == IOT_IO_URING_WRITE) {
 		struct io_rw *rw = (void *)&req->cmd;
 		__u64 addr = BPF_CORE_READ(rw, addr);
