@@ -73,7 +73,7 @@ BPF_OBJS := iotrace block aio netfs rdma verbs
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o)
 RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c)
 
-$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h $(BUILD)/vmlinux.h
+$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
 
 $(BUILD)/%.skel.h: $(BUILD)/%.bpf.o

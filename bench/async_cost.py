@@ -26,13 +26,12 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from waits_cost import NEW
+from waits_cost import NEW, print_side_by_side
 
 RUNS = {
     "uring-1": ["--ioengine=io_uring", "--iodepth=1"],
@@ -75,16 +74,7 @@ def main() -> None:
                     subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL)
                     res[w][v].append(fio_us(pre, data, work / "fio.json", opts))
             print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-        print(f"{'workload':<9} {'variant':<14} {'median':>12} {'x untraced':>11} {'x base':>8}")
-        for w in RUNS:
-            for v in names:
-                xs = res[w][v]
-                vs_un = statistics.median(a / b for a, b in zip(xs, res[w]["untraced"]))
-                vs_base = statistics.median(a / b for a, b in zip(xs, res[w]["base recorder"]))
-                print(f"{w:<9} {v:<14} {statistics.median(xs):>9.3f} µs/IO"
-                      f"{vs_un:>8.3f}x {vs_base:>7.3f}x")
-        print(f"(median of {args.reps} interleaved repetitions; ratios are medians of "
-              "per-repetition ratios)")
+        print_side_by_side(res, {w: "µs/IO" for w in RUNS}, names, args.reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

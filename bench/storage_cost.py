@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from waits_cost import NEW, fio_us, loader_s   # the same fio and loader runs
+from waits_cost import NEW, fio_us, loader_s, print_side_by_side   # the same runs
 
 MMAP = ("import sys, time, numpy as np; t = time.perf_counter(); "
         "a = np.load(sys.argv[1], mmap_mode='r'); s = int(a.sum()); "
@@ -88,16 +87,8 @@ def main() -> None:
                     else:
                         res[w][v].append(loader_s(pre, ds, work / "loader.json"))
             print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-        print(f"{'workload':<8} {'variant':<14} {'median':>12} {'x untraced':>11} {'x base':>8}")
-        for w, unit in zip(work_names, ("µs/IO", "s", "s", "s")):
-            for v in names:
-                xs = res[w][v]
-                vs_un = statistics.median(a / b for a, b in zip(xs, res[w]["untraced"]))
-                vs_base = statistics.median(a / b for a, b in zip(xs, res[w]["base recorder"]))
-                print(f"{w:<8} {v:<14} {statistics.median(xs):>9.3f} {unit:<3}"
-                      f"{vs_un:>10.3f}x {vs_base:>7.3f}x")
-        print(f"(median of {args.reps} interleaved repetitions; ratios are medians of "
-              "per-repetition ratios)")
+        print_side_by_side(res, dict(zip(work_names, ("µs/IO", "s", "s", "s"))), names,
+                           args.reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

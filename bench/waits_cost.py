@@ -35,6 +35,22 @@ ROOT = Path(__file__).resolve().parent.parent
 NEW = ROOT / "build" / "iotrace-recorder"
 
 
+def print_side_by_side(res: dict, units: dict, names: list, reps: int) -> None:
+    """The table of the side-by-side benchmarks: per workload and variant the
+    median, and the medians of its per-repetition ratios to the untraced run
+    and to the base recorder (res[workload][variant] = one value per rep)."""
+    print(f"{'workload':<9} {'variant':<14} {'median':>12} {'x untraced':>11} {'x base':>8}")
+    for w, unit in units.items():
+        for v in names:
+            xs = res[w][v]
+            vs_un = statistics.median(a / b for a, b in zip(xs, res[w]["untraced"]))
+            vs_base = statistics.median(a / b for a, b in zip(xs, res[w]["base recorder"]))
+            print(f"{w:<9} {v:<14} {statistics.median(xs):>9.3f} {unit:<5}"
+                  f"{vs_un:>8.3f}x {vs_base:>7.3f}x")
+    print(f"(median of {reps} interleaved repetitions; ratios are medians of "
+          "per-repetition ratios)")
+
+
 def fio_us(prefix: list[str], data: Path, out: Path) -> float:
     subprocess.run([*prefix, "fio", "--name=r", f"--filename={data}", "--rw=randread",
                     "--bs=4k", "--ioengine=psync", "--size=256M", "--io_size=128M",
@@ -81,16 +97,7 @@ def main() -> None:
                 spool.mkdir()
                 res["loader"][v].append(loader_s(pre, ds, work / "loader.json"))
             print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-        print(f"{'workload':<8} {'variant':<14} {'median':>12} {'x untraced':>11} {'x base':>8}")
-        for w, unit in (("fio", "µs/IO"), ("loader", "s")):
-            for v in names:
-                xs = res[w][v]
-                vs_un = statistics.median(a / b for a, b in zip(xs, res[w]["untraced"]))
-                vs_base = statistics.median(a / b for a, b in zip(xs, res[w]["base recorder"]))
-                print(f"{w:<8} {v:<14} {statistics.median(xs):>9.3f} {unit:<3}"
-                      f"{vs_un:>10.3f}x {vs_base:>7.3f}x")
-        print(f"(median of {args.reps} interleaved repetitions; ratios are medians of "
-              "per-repetition ratios)")
+        print_side_by_side(res, {"fio": "µs/IO", "loader": "s"}, names, args.reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

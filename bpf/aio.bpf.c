@@ -55,9 +55,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define CMD_PWRITEV 8
 
 #define AIO_MAX_BATCH 256   /* iocbs of one io_submit, events of one io_getevents */
-#define URING_IOV_MAX 16
 
 #include "shared_maps.h"
+#include "user_iov.h"
 
 /* One request between submission and completion. */
 struct pending {
@@ -214,26 +214,6 @@ static __always_inline __u16 uring_op(__u8 code)
 	return IOT_IO_URING_OTHER;
 }
 
-/* Bytes of a user iovec array (readv/writev through a ring). */
-static __always_inline __u64 uring_iov_bytes(__u64 uiov, __u64 cnt, __u16 *eflags)
-{
-	struct iovec iov;
-	__u64 total = 0;
-
-	if (cnt > URING_IOV_MAX) {
-		*eflags |= IOT_EF_IOV_TRUNC;
-		cnt = URING_IOV_MAX;
-	}
-	for (int i = 0; i < URING_IOV_MAX; i++) {
-		if (i >= cnt)
-			break;
-		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(uiov + i * sizeof(iov))))
-			break;
-		total += iov.iov_len;
-	}
-	return total;
-}
-
 static __always_inline int uring_submit(struct io_kiocb *req)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid(), key = (__u64)req;
@@ -267,7 +247,7 @@ static __always_inline int uring_submit(struct io_kiocb *req)
 
 		p.off = BPF_CORE_READ(rw, kiocb.ki_pos);
 		if (code == OP_READV || code == OP_WRITEV)
-			p.len = uring_iov_bytes(addr, len, &p.eflags);
+			p.len = iov_bytes(addr, len, &p.eflags);
 		else
 			p.len = len;
 	} else if (p.op == IOT_IO_URING_FSYNC) {
@@ -433,7 +413,7 @@ static long submit_one(__u32 i, void *data)
 	p.op = aio_op(p.code);
 	p.off = p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE ? cb.aio_offset : -1;
 	if (p.code == CMD_PREADV || p.code == CMD_PWRITEV)
-		p.len = uring_iov_bytes(cb.aio_buf, cb.aio_nbytes, &p.eflags);
+		p.len = iov_bytes(cb.aio_buf, cb.aio_nbytes, &p.eflags);
 	else if (p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE)
 		p.len = cb.aio_nbytes;
 	file_identity(fd_to_file(c->task, p.fd), &id);

@@ -46,6 +46,7 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 
 #include "shared_maps.h"
 #include "task_state.h"
+#include "user_iov.h"
 
 
 /* Scratch space for records that carry a payload (paths, argv, names). */
@@ -404,26 +405,6 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 }
 
 /* ---- syscall exit ----------------------------------------------------- */
-
-/* Sum of iov_len over a user iovec array (bounded; flags when cut). */
-static __always_inline __u64 iov_bytes(__u64 uiov, __u64 cnt, __u16 *eflags)
-{
-	__u64 total = 0;
-	struct iovec iov;
-
-	if (cnt > IOT_IOV_MAX) {
-		*eflags |= IOT_EF_IOV_TRUNC;
-		cnt = IOT_IOV_MAX;
-	}
-	for (int i = 0; i < IOT_IOV_MAX; i++) {
-		if (i >= cnt)
-			break;
-		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(uiov + i * sizeof(iov))))
-			break;
-		total += iov.iov_len;
-	}
-	return total;
-}
 
 /* Which argument holds the path (and second path) of a path-taking call. */
 static __always_inline int path_args(__u16 op, int *second)

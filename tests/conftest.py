@@ -119,3 +119,17 @@ def cold_throttled_reads(path: Path, bps: int):
     finally:
         with contextlib.suppress(OSError):
             cg.rmdir()
+
+
+@pytest.fixture
+def blockdir(tmp_path):
+    """A directory on a block device for page-cache, block and O_DIRECT tests:
+    the test's tmp dir here, under $IOTRACE_BLOCK_DIR in the VM (an ext4 on a
+    loop device: the guest's /tmp is not a block device)."""
+    base = Path(os.environ.get("IOTRACE_BLOCK_DIR") or tmp_path)
+    d = base / f"blk-{os.getpid()}-{tmp_path.name}"
+    d.mkdir(parents=True, exist_ok=True)
+    if os.major(os.stat(d).st_dev) == 0:
+        pytest.skip(f"{d} is not on a block device (set IOTRACE_BLOCK_DIR)")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

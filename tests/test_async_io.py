@@ -38,17 +38,6 @@ needs_uring = pytest.mark.skipif(not _has_io_uring(),
                                  reason="io_uring disabled, or its probes off (kernel < 6.4)")
 
 
-@pytest.fixture
-def blockdir(tmp_path):
-    base = Path(os.environ.get("IOTRACE_BLOCK_DIR") or tmp_path)
-    d = base / f"async-{os.getpid()}-{tmp_path.name}"
-    d.mkdir(parents=True, exist_ok=True)
-    if os.major(os.stat(d).st_dev) == 0:
-        pytest.skip(f"{d} is not on a block device (set IOTRACE_BLOCK_DIR)")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def datafile(tmp_path_factory):
     path = tmp_path_factory.mktemp("aio") / "data.bin"
@@ -105,7 +94,9 @@ def test_io_uring_random_reads_exact(tmp_path, datafile, depth):
         select max(n) from (select sum(d) over (order by t, d rows unbounded preceding) n
                             from edges)""", str(datafile))
     assert 1 <= in_flight <= depth
-    if depth >= 8:
+    if depth >= 8 and os.major(datafile.stat().st_dev) != 0:
+        # on a block device the ring keeps fio's depth (a network or overlay
+        # file system may run the requests one by one in io-wq)
         assert in_flight >= depth // 2
     by = summary_file(tmp_path, datafile)["by_interface"]
     assert by["io_uring"]["reads"] == job["read"]["total_ios"]

@@ -24,17 +24,6 @@ pytestmark = needs_root()
 MIB = 1 << 20
 
 
-@pytest.fixture
-def blockdir(tmp_path):
-    base = Path(os.environ.get("IOTRACE_BLOCK_DIR") or tmp_path)
-    d = base / f"storage-{os.getpid()}-{tmp_path.name}"
-    d.mkdir(parents=True, exist_ok=True)
-    if os.major(os.stat(d).st_dev) == 0:
-        pytest.skip(f"{d} is not on a block device (set IOTRACE_BLOCK_DIR)")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def drop_caches():
     subprocess.run(["sync"], check=True)
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
