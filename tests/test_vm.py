@@ -26,13 +26,22 @@ VNG = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
 def test_nfs_and_core_tests_on_debian_6_1():
     # The VM sees the host's files but has its own /tmp: results go under build/.
     out = ROOT / "build" / "vm-out"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     env = dict(os.environ, PATH=f"{Path(VNG).parent}:{os.environ['PATH']}")
     # --rwdir: the checkout may live under /tmp, which the guest replaces with its own
     cmd = [VNG, "--run", KERNELS[-1], "--disable-kvm", "--cpus", "2", "--memory", "2G", "--rw",
            f"--rwdir={ROOT}", "--exec", f"sh {ROOT}/tests/vm/run_in_vm.sh {ROOT} {out}"]
-    res = subprocess.run(["timeout", "960", *cmd], env=env, capture_output=True, text=True)
+    # The emulated guest has stalled as a whole now and then (about one run
+    # in three, in different tests, cause not found): a guest that does not
+    # finish gets one more boot; its first log stays in build/vm-out.1.
+    for attempt in (1, 2):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        res = subprocess.run(["timeout", "840", *cmd], env=env, capture_output=True, text=True)
+        if (out / "rc").exists() or attempt == 2:
+            break
+        print(f"the VM did not finish (exit {res.returncode}); booting it again")
+        shutil.rmtree(out.with_name("vm-out.1"), ignore_errors=True)
+        out.rename(out.with_name("vm-out.1"))
     log = (out / "pytest.log").read_text() if (out / "pytest.log").exists() else ""
     setup = (out / "setup.log").read_text() if (out / "setup.log").exists() else ""
     print(setup, log, sep="\n")

@@ -47,7 +47,7 @@ cd "$REPO"
 # The host runs the verbs tests that need no device: here only those that do.
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
-IOTRACE_VM_NFS=$W timeout 780 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider -o addopts="" \
+IOTRACE_VM_NFS=$W timeout 700 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider -o addopts="" \
     tests/vm/test_nfs_vm.py tests/vm/test_rdma_vm.py \
     tests/test_verbs.py::test_control_path_with_a_device \
     tests/test_verbs.py::test_memory_registrations_and_the_refused_one \
