@@ -31,10 +31,11 @@ from __future__ import annotations
 
 from iotrace.abi import ASYNC_READ_OPS, READ_OPS, sql_list
 
+from iotrace.storage_io import REQ_OP_READ, device_name
+
+from . import intervals as ivl
 from .base import Context, Finding, Rule
 from .rates import human_bytes, human_rate
-
-REQ_OP_READ = 0
 
 # The job's storage waits: reads that missed the cache, major faults, async
 # reads in flight (their intervals; a condition on events e).
@@ -53,21 +54,11 @@ PER_DEVICE = f"""
 
 def covered_ns(ctx: Context, lo: int, hi: int) -> int:
     """Time in [lo, hi) covered by at least one storage-wait interval."""
-    return ctx.one(f"""
-        with iv as (select greatest(ts_ns, {lo}) as s, least(ts_ns + dur_ns, {hi}) as e
-                    from events e where {STORAGE_WAIT_CALLS}
-                      and ts_ns < {hi} and ts_ns + dur_ns > {lo} and dur_ns > 0),
-        o as (select s, e, max(e) over (order by s rows between unbounded preceding
-                                         and 1 preceding) as prev from iv),
-        g as (select s, e, sum(case when prev is null or s > prev then 1 else 0 end)
-                               over (order by s rows unbounded preceding) as grp from o)
-        select coalesce(sum(ge - gs), 0) from (select min(s) as gs, max(e) as ge
-                                               from g group by grp)""")[0]
-
-
-def device_name(ctx: Context, dev: int) -> str:
-    key = f"{dev >> 20}:{dev & 0xFFFFF}"
-    return ctx.meta.get("block_devices", {}).get(key, key)
+    r = ctx.con.execute(f"""select ts_ns, ts_ns + dur_ns from events e
+                            where {STORAGE_WAIT_CALLS}
+                              and ts_ns < {hi} and ts_ns + dur_ns > {lo}""").fetchnumpy()
+    starts, ends = r.values()
+    return ivl.total(ivl.union(ivl.clip(ivl.as_iv(starts, ends), lo, hi)))
 
 
 def run(ctx: Context) -> list[Finding]:
@@ -85,7 +76,7 @@ def run(ctx: Context) -> list[Finding]:
         mean_req = nbytes / n
         depth = busy_ns / span_ns
         iops_bound = mean_req < th["iops_request_bytes"]
-        name = device_name(ctx, dev)
+        name = device_name(ctx.meta, dev)
         kind = ("IOPS-bound: many small requests" if iops_bound
                 else "bandwidth-bound: large requests")
         rec = (f"{name} is {kind} (mean request {human_bytes(mean_req)}). "

@@ -140,11 +140,6 @@ struct {
 	__type(value, struct big_event);
 } aio_scratch SEC(".maps");
 
-static __always_inline bool traced_tgid(__u32 tgid)
-{
-	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
-}
-
 /* The last file whose identity this CPU read: a ring or an aio context
  * mostly works on the same few files, and reading an identity is six
  * dependent kernel reads. Keyed by the file and its inode pointer both. */

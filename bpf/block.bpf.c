@@ -60,11 +60,6 @@ struct {
 	__type(value, struct owner);
 } requests SEC(".maps");
 
-static __always_inline bool traced_tgid(__u32 tgid)
-{
-	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
-}
-
 /* The file a page belongs to (none when anonymous or not a file's page).
  * Returns true when the page is the page cache's (a file's, or the device's
  * own buffers: file-system metadata), false for process memory (O_DIRECT). */

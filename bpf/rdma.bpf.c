@@ -113,9 +113,10 @@ static __always_inline void submit(struct rdma_event *b)
 		count(IOT_CNT_DROPS);
 }
 
-static __always_inline bool traced_tgid(__s32 tgid)
+/* A resource owner of the job (0, the kernel, never is). */
+static __always_inline bool traced_owner(__s32 tgid)
 {
-	return tgid > 0 && bpf_map_lookup_elem(&traced, &tgid);
+	return tgid > 0 && traced_tgid(tgid);
 }
 
 static __always_inline bool kernel_budget(void)
@@ -145,7 +146,7 @@ static __always_inline struct rdma_event *rpc_start(__u16 op, struct rpc_task___
 	__s32 owner = BPF_CORE_READ(task, tk_owner);
 	struct rdma_event *b;
 
-	if (!traced_tgid(owner))
+	if (!traced_owner(owner))
 		return NULL;
 	b = start(op, owner);
 	if (b)
@@ -387,7 +388,7 @@ static __always_inline struct rdma_event *res_start(__u16 op,
 
 	if (task) {
 		__s32 tgid = BPF_CORE_READ(task, tgid);
-		if (!traced_tgid(tgid) || !(b = start(op, tgid)))
+		if (!traced_owner(tgid) || !(b = start(op, tgid)))
 			return NULL;
 	} else {
 		if (!kernel_budget() || !(b = start(op, 0)))

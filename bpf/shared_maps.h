@@ -14,6 +14,11 @@ struct {
 	__type(value, __u8);
 } traced SEC(".maps");
 
+static __always_inline bool traced_tgid(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
 /* Every record, of both objects. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

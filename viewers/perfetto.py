@@ -83,6 +83,7 @@ import pyarrow as pa
 
 from iotrace import abi
 from iotrace.abi import ASYNC_READ_OPS, ASYNC_WRITE_OPS, LIFE_OPS, SYNC_OPS, sql_list
+from iotrace.storage_io import device_name
 
 from .loop_timeline import segments
 
@@ -950,12 +951,10 @@ def _storage_series(con, meta: dict, t0: int, W: int) -> list:
                sum(case when k = 1 then req_bytes * ns / (e - s) else 0 end) as wb,
                sum(ns) as busy
         from part group by all order by dev, bin""").fetchnumpy()
-    names = meta.get("block_devices", {})
     devs = np.asarray(r["dev"])
     for d in np.unique(devs):
         sel = devs == d
-        key = f"{int(d) >> 20}:{int(d) & 0xFFFFF}"
-        name = names.get(key, key)
+        name = device_name(meta, int(d))
         bins = np.asarray(r["bin"])[sel].astype(np.int64)
         for label, col, mult, unit in (("read MB/s", "rb", scale, "MB/s"),
                                        ("write MB/s", "wb", scale, "MB/s"),

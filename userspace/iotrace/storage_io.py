@@ -127,6 +127,13 @@ def _kernel_dev(dev: int) -> tuple[int, int]:
     return dev >> 20, dev & ((1 << 20) - 1)
 
 
+def device_name(meta: dict, dev: int) -> str:
+    """A block_rq row's device (`mode`, a kernel dev_t) by its kernel name
+    from the trace's meta.json, else as "major:minor"."""
+    key = "%d:%d" % _kernel_dev(int(dev))
+    return meta.get("block_devices", {}).get(key, key)
+
+
 def _iface(reads, read_bytes, writes, write_bytes) -> dict:
     return {"reads": int(reads), "read_bytes": int(read_bytes),
             "writes": int(writes), "write_bytes": int(write_bytes)}
@@ -160,16 +167,16 @@ def files_and_devices(t) -> dict:
             "device_read_bytes": int(r["dev_read"]),
             "device_write_bytes": int(r["dev_write"]),
         })
-    names = t.meta.get("block_devices", {})
     devices = []
     cur = t.con.execute(DEVICES_SQL)
     cols = [c[0] for c in cur.description]
     for row in cur.fetchall():
         r = dict(zip(cols, row))
-        major, minor = _kernel_dev(int(r.pop("dev")))
+        dev = int(r.pop("dev"))
+        major, minor = _kernel_dev(dev)
         span = r.pop("span_s") or 0
         devices.append({
-            "name": names.get(f"{major}:{minor}", f"{major}:{minor}"),
+            "name": device_name(t.meta, dev),
             "major": major, "minor": minor,
             **{k: (round(v, 3) if isinstance(v, float) else int(v or 0)) for k, v in r.items()},
             "read_bytes_per_s": round(r["read_bytes"] / span) if span > 0 else None,
