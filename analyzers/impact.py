@@ -16,6 +16,8 @@ from iotrace.abi import OPEN_OPS, READ_OPS, SYNC_OPS, WRITE_OPS, sql_list
 from .base import Context, Finding
 from .async_depth import CALLS as ASYNC_CALLS
 from .device_limit import STORAGE_WAIT_CALLS
+from .mmap_random import CALLS as MMAP_RANDOM_CALLS
+from .readahead_missing import CALLS as READAHEAD_MISSING_CALLS
 from .views import META_OPS
 from .waits import Waits
 
@@ -33,14 +35,19 @@ RULE_CALLS = {
     "lock-contention": "e.op in ('futex', 'lock_contention')",
     "device-at-limit": STORAGE_WAIT_CALLS,
     "async-depth": ASYNC_CALLS,
+    "readahead-wasted": STORAGE_WAIT_CALLS,
+    "readahead-missing": READAHEAD_MISSING_CALLS,
+    "mmap-random-faults": MMAP_RANDOM_CALLS,
 }
 # Rules whose calls are limited to the files the finding names.
-BY_FILE = {"small-reads", "random-access", "redundant-io", "imbalance"}
+BY_FILE = {"small-reads", "random-access", "redundant-io", "imbalance", "readahead-wasted",
+           "readahead-missing", "mmap-random-faults"}
 # What fixing it would save, as a share of its cost (the rest is the data's own transfer).
 SAVING = {"small-reads": 0.5, "random-access": 0.5, "metadata-storm": 0.8,
           "redundant-io": 0.5, "lock-contention": 0.8, "below-target": 1.0,
           "imbalance": 0.5, "nfs": 0.5, "device-at-limit": 0.5,
-          "async-depth": 0.5}
+          "async-depth": 0.5, "readahead-wasted": 0.5, "readahead-missing": 0.8,
+          "mmap-random-faults": 0.5}
 
 
 def _quote(p: str) -> str:

@@ -33,10 +33,8 @@ PER_FILE = f"""
         select file_id, path, sum(nbytes) as rd, sum(cache_added) as miss
         from data_io where op in {sql_list(READ_OPS)} group by file_id, path),
     m as (
-        select e.file_id, sum(greatest(e.ret, 4096)) as rd, sum(e.ret) as miss
-        from events e where e.op = 'page_fault' and e.flags & 2 = 0
-          and e.file_id in (select distinct file_id from data_io)
-        group by e.file_id)
+        select file_id, sum(greatest(brought, 4096)) as rd, sum(brought) as miss
+        from data_faults group by file_id)
     select coalesce(r.file_id, m.file_id) as file_id,
            coalesce(r.path, (select path from files f where f.file_id = m.file_id)) as path,
            coalesce(r.rd, 0) + coalesce(m.rd, 0) as rd,

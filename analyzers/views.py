@@ -66,6 +66,16 @@ def create_views(con) -> None:
         create or replace temp view all_data_io as
         select * from all_io where ret >= 0 and file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
+    # User page faults on mappings of the job's data files (reads of memory,
+    # not writes): `brought` = bytes the fault added to the page cache for
+    # the file (0: minor, the page was cached), `dur_ns` = the thread's stall.
+    con.execute(f"""
+        create or replace temp view data_faults as
+        select e.ts_ns, e.dur_ns, e.pid, e.tid, e."offset" as off, e.ret as brought,
+               e.ret > 0 as major, e.file_id, f.path
+        from events e join files f using (file_id)
+        where e.op = 'page_fault' and e.flags & 2 = 0 and e.file_id >= 0
+          and not regexp_matches(coalesce(f.path, ''), '{NOT_DATA_RE}')""")
     con.execute(f"""
         create or replace temp view meta_ops as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e.fd_kind, e.flags, e.file_id,

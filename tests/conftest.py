@@ -93,17 +93,21 @@ def scalar(trace, query: str, *params):
 
 
 @contextlib.contextmanager
-def cold_throttled_reads(path: Path, bps: int):
+def cold_throttled_reads(path: Path, bps: int = 0, iops: int = 0):
     """Yields a command prefix that runs a job in a blkio cgroup reading `path`'s
-    device at `bps` (cgroup v1 blkio.throttle or v2 io.max), with the page cache
-    dropped first: real slow storage. Skips the test where neither exists."""
+    device at `bps` bytes/s or `iops` requests/s (cgroup v1 blkio.throttle or
+    v2 io.max), with the page cache dropped first: real slow storage. Skips
+    the test where neither exists."""
     st = os.stat(path)
     dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     v1, v2 = Path("/sys/fs/cgroup/blkio"), Path("/sys/fs/cgroup")
     if (v1 / "blkio.throttle.read_bps_device").exists():
-        root, limit_file, limit = v1, "blkio.throttle.read_bps_device", f"{dev} {bps}\n"
+        root = v1
+        limit_file = f"blkio.throttle.read_{'iops' if iops else 'bps'}_device"
+        limit = f"{dev} {iops or bps}\n"
     elif (v2 / "cgroup.controllers").exists() and "io" in (v2 / "cgroup.controllers").read_text():
-        root, limit_file, limit = v2, "io.max", f"{dev} rbps={bps}\n"
+        root, limit_file = v2, "io.max"
+        limit = f"{dev} riops={iops}\n" if iops else f"{dev} rbps={bps}\n"
     else:
         pytest.skip("no blkio/io cgroup controller to throttle the storage")
     cg = root / f"iotrace-test-{os.getpid()}"
