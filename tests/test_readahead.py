@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -97,3 +98,25 @@ def test_random_faults_on_slow_storage(tmp_path, blockdir):
     fio_traced(tmp_path / "seq", data, "--ioengine=mmap", "--rw=read", "--size=32M")
     found = findings_of(tmp_path / "seq")
     assert "mmap-random-faults" not in found and "readahead-wasted" not in found
+
+
+def test_numpy_memmap_random_rows_waste_read_around(tmp_path, blockdir):
+    """The loader pattern: a Dataset indexing a memory-mapped .npy at random
+    rows (500 rows of 4 KiB out of 32768, cold). Read-around brings far more
+    than the 2 MB the rows hold."""
+    np = pytest.importorskip("numpy")
+    path = blockdir / "rows.npy"
+    np.save(path, np.arange(32768 * 512, dtype=np.int64).reshape(32768, 512))   # 128 MiB
+    drop_caches()
+    script = (f"import numpy as np; a = np.load({str(path)!r}, mmap_mode='r'); "
+              "idx = np.random.default_rng(1).choice(len(a), 500, replace=False); "
+              "print(int(a[np.sort(idx)].sum()))")
+    proc, trace = trace_run(tmp_path / "t", sys.executable, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    used = 500 * 512 * 8
+    _, majors, brought = fault_totals(trace, path)
+    f = findings_of(tmp_path / "t").get("readahead-wasted")
+    assert f, f"no readahead-wasted finding ({majors} major faults brought {brought} bytes)"
+    ev = f["evidence"]
+    assert ev["major_faults"] == majors and ev["brought_bytes"] >= brought
+    assert 16 * MIB <= ev["wasted_bytes_at_least"] <= ev["brought_bytes"] - used
