@@ -166,3 +166,19 @@ def test_doctor_lists_every_probe():
     for probe in ("privileges", "kernel", "BTF", "syscalls (sys_enter)", "process fork",
                   "process exit", "tracing works"):
         assert probe in res.stdout
+
+
+def test_output_patterns_expand_or_fail_clearly(tmp_path):
+    from iotrace.outpath import expand, host_name
+    env = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "7", "RANK": "3"}
+    assert expand("set/host=%h/j%j-r%r-100%%", env) == f"set/host={host_name()}/j4242-r7-100%"
+    assert expand("r%r", {"RANK": "3"}) == "r3"
+    for bad, word in (("x/%j", "IOTRACE_JOB_ID"), ("x/%r", "SLURM_PROCID"), ("x/%q", "%q"),
+                      ("x%", "lone %")):
+        with pytest.raises(iotrace.errors.IotraceError, match=word):
+            expand(bad, {})
+    # through the command line: exit 2, one line, nothing created
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "IOTRACE_JOB_ID")}
+    res = iotrace_cmd("run", "-o", str(tmp_path / "t-%j"), "--", "true", env=env)
+    assert res.returncode == 2 and "%j needs a job id" in one_line(res.stderr)
+    assert not list(tmp_path.iterdir())

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from . import __version__
 from .errors import EXIT_ENV, EXIT_NOT_FOUND, EXIT_TRACE, EXIT_USAGE, IotraceError
+from .outpath import expand as expand_out
 from .privileges import can_trace, chown_tree, invoking_user, job_env
 from .session import Progress, Session
 from .summary import print_summary, summary_json
@@ -68,7 +69,7 @@ def check_can_trace() -> None:
 
 
 def prepare_outdir(out: Optional[str], default_stem: str, force: bool) -> Path:
-    path = Path(out) if out else Path(f"iotrace-{time.strftime('%Y%m%d-%H%M%S')}-{default_stem}")
+    path = Path(expand_out(out)) if out else Path(f"iotrace-{time.strftime('%Y%m%d-%H%M%S')}-{default_stem}")
     if path.exists():
         if not force:
             fail(f"{path} already exists: choose another -o DIR, or add --force to replace it")
@@ -306,7 +307,10 @@ def verbs_lib_option(f):
 
 @cli.command(context_settings=dict(CONTEXT, allow_interspersed_args=False))
 @click.option("-o", "--output", "out", metavar="DIR",
-              help="Trace directory to create (default: iotrace-DATE-TIME-CMD).")
+              help="Trace directory to create (default: iotrace-DATE-TIME-CMD). %h, %j "
+                   "and %r become the host name, the job id (SLURM_JOB_ID, IOTRACE_JOB_ID) "
+                   "and the rank (SLURM_PROCID, RANK): one directory per node of a job, "
+                   "e.g. -o SET/host=%h.")
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
@@ -401,7 +405,8 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, want_report, want_pe
 @click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long (default: until Ctrl-C or the process tree exits).")
 @click.option("-o", "--output", "out", metavar="DIR",
-              help="Trace directory to create (default: iotrace-DATE-TIME-COMM).")
+              help="Trace directory to create (default: iotrace-DATE-TIME-COMM). %h, %j "
+                   "and %r as for run.")
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
