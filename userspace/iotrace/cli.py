@@ -250,6 +250,9 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
     """Builds and writes the report; returns the --fail-on exit status."""
     from .analyzers.base import severity_rank
     from .analyzers.report import build_report
+    from .traceset import is_trace_set
+    if is_trace_set(trace_dir):
+        return emit_set_report(trace_dir, targets, config, fmt, output, fail_on, window)
     report = build_report(open_trace(trace_dir), targets, config, window_s=parse_window(window))
     if fmt == "text":
         console = Console(highlight=False, width=min(out_console.width, 100))
@@ -277,6 +280,38 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
     if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on):
         return 1
     return 0
+
+
+def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window) -> int:
+    """The report of a trace set (one trace per node): per node, stragglers, the job."""
+    from .analyzers.base import severity_rank
+    from .analyzers.cluster import build_set_report
+    from .traceset import open_trace_set
+    if window:
+        fail("--window is for one trace: give one node's trace (SET/host=NAME) with it")
+    if fmt not in ("text", "json"):
+        fail(f"--format {fmt} is for one trace; a trace set's report is text or json")
+    ts = open_trace_set(set_dir)
+    quiet = not sys.stderr.isatty()
+    rep = build_set_report(ts, targets, config, progress=None if quiet else (
+        lambda i, n, host: err_console.print(f"[dim]node {i + 1}/{n}: {host}[/dim]")))
+    if fmt == "text":
+        console = Console(highlight=False, width=min(out_console.width, 110))
+        if output:
+            console = Console(file=open(output, "w"), width=110, force_terminal=False)
+        from .viewers.set_text import render_set_text
+        render_set_text(rep, console)
+    else:
+        from .viewers.jsonout import render_json
+        text = render_json(rep)
+        if output:
+            Path(output).write_text(text)
+        else:
+            sys.stdout.write(text)
+    if output:
+        say(f"report written to {output}")
+    worst = rep.worst()
+    return 1 if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on) else 0
 
 
 def _power_of_two(ctx, param, value: int) -> int:

@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from .storage_io import device_names
 from . import procfs
+from .clocks import ClockLog
 from .convert import convert, read_segment
 from .errors import IotraceError, EXIT_ENV, EXIT_TRACE
 from .model import Model
@@ -76,6 +77,7 @@ class Session:
         self.exec_errno = 0
         self.next_seg = 0
         self.progress = Progress()
+        self.clock = ClockLog()
         self._last = (0.0, 0, 0, 0)
         self.convert_error: Optional[str] = None
         self.final_write_error: Optional[str] = None
@@ -110,6 +112,7 @@ class Session:
             self._raise_start_error()
         self.meta["start_monotonic_ns"] = self.ready["monotonic_ns"]
         self.meta["start_realtime_ns"] = self.ready["realtime_ns"]
+        self.clock.tick(force=True)
         self.meta["probes"] = {"attached": self.ready["attached"],
                                "skipped": self.ready["skipped"],
                                "verbs_library": self.ready.get("verbs_library") or None}
@@ -234,6 +237,7 @@ class Session:
                     pass
                 break
             self._convert_ready()
+            self.clock.tick()
             if time.monotonic() - last_tables >= TABLES_EVERY_S:
                 self._snapshot()
                 last_tables = time.monotonic()
@@ -296,6 +300,7 @@ class Session:
             duration_ns=end.get("elapsed_ns"),
             end_monotonic_ns=end.get("end_monotonic_ns"),
             counters=counters,
+            clock=self._end_clock(),
             files=len(self.model.files),
             processes=len(self.model.procs),
             threads=len(self.model.threads),
@@ -314,6 +319,10 @@ class Session:
         if not self.stop_error() and not leftovers:
             shutil.rmtree(self.spool, ignore_errors=True)
         return self.writer.meta
+
+    def _end_clock(self) -> dict:
+        self.clock.tick(force=True)
+        return self.clock.meta()
 
     def job_exit_code(self) -> int:
         if self.exec_errno:

@@ -60,40 +60,57 @@ def _check_version(meta: dict, root: Path) -> None:
                            f"understands ({SCHEMA_VERSION}): upgrade iotrace", EXIT_TRACE)
 
 
-def open_trace(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Trace:
-    """Opens a trace directory; tables are views over its Parquet files."""
-    root = Path(path)
+def read_meta(root: Path) -> dict:
     meta_path = root / "meta.json"
     if not root.is_dir():
         raise IotraceError(f"{root}: no such trace directory", EXIT_TRACE)
     try:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
-        raise IotraceError(f"{root} is not an iotrace trace (no meta.json)", EXIT_TRACE)
+        hint = (f": it is a trace set (one trace per host), which `iotrace report` reads; "
+                f"give one host's trace for this ({root}/host=NAME)"
+                if any((d / "meta.json").exists() for d in root.iterdir() if d.is_dir()) else "")
+        raise IotraceError(f"{root} is not an iotrace trace (no meta.json){hint}", EXIT_TRACE)
     except ValueError as e:
         raise IotraceError(f"{meta_path} is corrupt ({e}): the trace cannot be read", EXIT_TRACE)
     _check_version(meta, root)
-    con = con or duckdb.connect()
+    return meta
+
+
+def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "") -> None:
+    """Views {prefix}events, files, processes, threads over a trace's Parquet files."""
     parts = sorted((root / "events").glob("part-*.parquet"))
+    ev = f"{prefix}events"
     try:
         if parts:
             files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
-            con.execute(f"create or replace view events as select * from read_parquet([{files}])")
-            have = {r[0] for r in con.execute("describe events").fetchall()}
+            # not hive-partitioned: a set's SET/host=NAME/ would add a column
+            src = f"read_parquet([{files}], hive_partitioning = false)"
+            con.execute(f"create or replace view {ev} as select * from {src}")
+            have = {r[0] for r in con.execute(f"describe {ev}").fetchall()}
             missing = [f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES if n not in have]
             if missing:   # a trace of an older minor version: its new columns are null
-                con.execute(f"create or replace view events as select *, {', '.join(missing)} "
-                            f"from read_parquet([{files}])")
+                con.execute(f"create or replace view {ev} as select *, {', '.join(missing)} "
+                            f"from {src}")
         else:
             cols = ", ".join(f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES)
-            con.execute(f"create or replace view events as select {cols} where false")
+            con.execute(f"create or replace view {ev} as select {cols} where false")
         for name in ("files", "processes", "threads"):
             p = root / f"{name}.parquet"
             if not p.exists():
                 raise IotraceError(f"{root} lacks {name}.parquet: the trace is incomplete",
                                    EXIT_TRACE)
-            con.execute(f"create or replace view {name} as select * from "
-                        f"read_parquet('{str(p).replace(chr(39), chr(39) * 2)}')")
+            q = str(p).replace("'", "''")
+            con.execute(f"create or replace view {prefix}{name} as select * from "
+                        f"read_parquet('{q}', hive_partitioning = false)")
     except duckdb.Error as e:
         raise IotraceError(f"{root}: cannot read the trace tables ({e})", EXIT_TRACE)
+
+
+def open_trace(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Trace:
+    """Opens a trace directory; tables are views over its Parquet files."""
+    root = Path(path)
+    meta = read_meta(root)
+    con = con or duckdb.connect()
+    create_views(con, root)
     return Trace(root, meta, con)

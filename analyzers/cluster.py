@@ -1,0 +1,192 @@
+"""The report of a trace set: one trace per node of a job.
+
+Each node's trace gets the single-trace report (its verdict and findings,
+against the per-node target). Then, across nodes:
+  nodes       per node: read and write rate over its training window, AU and
+              data-wait share, its verdict and top finding
+  stragglers  nodes whose training loops waited for data much longer than the
+              median node's (data_wait_share - median >= straggler_margin): in
+              synchronous data-parallel training every rank waits for the
+              slowest at each step, so the others' time is lost to it.
+              reason = its own stall cause and top finding; impact_s = its
+              data wait minus the median node's (what the job lost to it)
+  verdict     the job's: io-bound when any node is (the slowest rank gates each
+              step), AU the mean of the nodes' (MLPerf Storage asks each to
+              reach the bar: the minimum is given too), read rate the sum
+  timeline    the job's read and write rate per second on the set's common
+              time axis (wall_ns: iotrace.traceset), per node and in total
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+from iotrace.abi import READ_OPS, WRITE_OPS, sql_list
+from iotrace.trace import open_trace
+from iotrace.traceset import TraceSet
+
+from .base import Targets
+from .rates import human_rate
+from .report import Report, build_report
+from .verdict import STALL_WORDS
+
+STRAGGLER_MARGIN = 0.10
+SET_SCHEMA = "iotrace-report-set/1"
+
+
+@dataclass
+class SetReport:
+    root: str
+    targets: Targets
+    verdict: dict
+    nodes: list[dict]
+    stragglers: list[dict]
+    timeline: list[dict]
+    clock: dict
+    reports: dict[str, Report] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"schema": SET_SCHEMA, "trace_set": self.root,
+                "targets": {"read_bytes_per_s": self.targets.read_bps,
+                            "write_bytes_per_s": self.targets.write_bps,
+                            "gpus": self.targets.gpus,
+                            "per_gpu_bytes_per_s": self.targets.per_gpu_bps,
+                            "per": "node"},
+                "verdict": self.verdict, "nodes": self.nodes, "stragglers": self.stragglers,
+                "timeline": self.timeline, "clock": self.clock,
+                "node_reports": {h: r.to_dict() for h, r in self.reports.items()}}
+
+    def worst(self) -> Optional[str]:
+        from .base import severity_rank
+        return max((r.worst() for r in self.reports.values() if r.worst()),
+                   key=severity_rank, default=None)
+
+
+def _top_stall(v: dict) -> Optional[tuple[str, float]]:
+    stall = {k: x for k, x in (v.get("stall") or {}).items() if x > 0}
+    return max(stall.items(), key=lambda kv: kv[1]) if stall else None
+
+
+def _node(host: str, path: str, r: Report) -> dict:
+    v = r.verdict
+    win = max((v.get("training_window") or {}).get("end_s", 0)
+              - (v.get("training_window") or {}).get("start_s", 0), 0)
+    span = v.get("reading_span_s") or 0
+    top = r.findings[0] if r.findings else None
+    return {"host": host, "trace": path, "status": v.get("status"),
+            "read_bytes_per_s": v.get("read_bytes_per_s") or 0.0,
+            "write_bytes_per_s": (v.get("bytes_written", 0) / (span or win)) if (span or win)
+            else 0.0,
+            "bytes_read": v.get("bytes_read", 0), "bytes_written": v.get("bytes_written", 0),
+            "accelerator_utilization": v.get("accelerator_utilization"),
+            "data_wait_share": v.get("data_wait_share"),
+            "data_wait_s": (v.get("time_budget_s") or {}).get("data_wait", 0.0),
+            "read_target_ratio": v.get("read_target_ratio"),
+            "stall_top": _top_stall(v)[0] if _top_stall(v) else None,
+            "ranks": [{"pid": lp["pid"], "tid": lp["tid"], "thread": lp["thread"],
+                       "data_wait_share": lp["data_wait_share"]} for lp in v.get("loops", [])],
+            "top_finding": ({"id": top.id, "severity": top.severity, "title": top.title}
+                            if top else None)}
+
+
+def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict]:
+    known = [n for n in nodes if n["data_wait_share"] is not None]
+    if len(known) < 2:
+        return []
+    med = statistics.median(n["data_wait_share"] for n in known)
+    med_s = statistics.median(n["data_wait_s"] for n in known)
+    out = []
+    for n in sorted(known, key=lambda n: -n["data_wait_share"]):
+        if n["data_wait_share"] - med < margin:
+            continue
+        rank = max(n["ranks"], key=lambda r: r["data_wait_share"] or 0, default=None)
+        why = [f"its training loop waited for data {n['data_wait_share']:.0%} of its window "
+               f"(median node {med:.0%})"]
+        if n["stall_top"]:
+            why.append(f"mostly {STALL_WORDS[n['stall_top']]}")
+        if n["top_finding"]:
+            why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
+        out.append({"host": n["host"], "rank": None,
+                    "pid": rank["pid"] if rank else None,
+                    "reason": "; ".join(why), "cause": n["stall_top"],
+                    "finding": n["top_finding"]["id"] if n["top_finding"] else None,
+                    "data_wait_share": n["data_wait_share"],
+                    "impact_s": round(max(n["data_wait_s"] - med_s, 0.0), 3)})
+    return out
+
+
+def timeline(ts: TraceSet) -> list[dict]:
+    """Read and write bytes per second of the whole job on the common axis."""
+    rows = ts.con.execute(f"""
+        with io as (
+            select host, wall_ns, greatest(ret, 0) as b,
+                   op in {sql_list(READ_OPS)} as rd
+            from events where op in {sql_list(READ_OPS + WRITE_OPS)} and ret > 0),
+        t0 as (select min(wall_ns) as t0 from io)
+        select ((wall_ns - t0) // 1000000000)::int as s, host,
+               sum(b) filter (where rd) as r, sum(b) filter (where not rd) as w
+        from io, t0 group by all order by 1, 2""").fetchall()
+    out: dict[int, dict] = {}
+    for s, host, r, w in rows:
+        e = out.setdefault(s, {"t_s": s, "read_bytes_per_s": 0, "write_bytes_per_s": 0,
+                               "read_by_host": {}})
+        e["read_bytes_per_s"] += int(r or 0)
+        e["write_bytes_per_s"] += int(w or 0)
+        e["read_by_host"][host] = int(r or 0)
+    return [out[k] for k in sorted(out)]
+
+
+def job_verdict(nodes: list[dict], strag: list[dict], targets: Targets) -> dict:
+    aus = [n["accelerator_utilization"] for n in nodes if n["accelerator_utilization"] is not None]
+    shares = [n["data_wait_share"] for n in nodes if n["data_wait_share"] is not None]
+    statuses = {n["status"] for n in nodes}
+    status = ("io-bound" if "io-bound" in statuses else
+              "not-io-bound" if "not-io-bound" in statuses else
+              "no-io" if statuses == {"no-io"} else "unknown")
+    rd = sum(n["read_bytes_per_s"] for n in nodes)
+    v = {"status": status, "nodes": len(nodes),
+         "accelerator_utilization": round(statistics.mean(aus), 4) if aus else None,
+         "accelerator_utilization_min": round(min(aus), 4) if aus else None,
+         "data_wait_share": round(statistics.mean(shares), 4) if shares else None,
+         "read_bytes_per_s": rd,
+         "write_bytes_per_s": sum(n["write_bytes_per_s"] for n in nodes),
+         "read_target_bytes_per_s": targets.read_bps * len(nodes) if targets.read_bps else None}
+    text = f"{len(nodes)} nodes; "
+    if aus:
+        text += (f"training loops waited for data {v['data_wait_share']:.0%} of the time on "
+                 f"average (AU ≈ {v['accelerator_utilization']:.0%}, lowest node "
+                 f"{v['accelerator_utilization_min']:.0%}). ")
+    else:
+        text += "no training loop found on any node. "
+    text += f"The job read at {human_rate(rd)} in total"
+    if targets.read_bps:
+        ratio = rd / (targets.read_bps * len(nodes))
+        v["read_target_ratio"] = ratio
+        text += f", {ratio:.0%} of the {human_rate(targets.read_bps)} per node target"
+    text += "."
+    if strag:
+        s = strag[0]
+        text += (f" Straggler: {s['host']} ({s['reason']}); the job lost about "
+                 f"{s['impact_s']:.1f} s to it.")
+    v["summary"] = text
+    return v
+
+
+def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[str] = None,
+                     progress=None) -> SetReport:
+    reports: dict[str, Report] = {}
+    nodes = []
+    for i, m in enumerate(ts.members):
+        if progress:
+            progress(i, len(ts.members), m.host)
+        r = build_report(open_trace(m.path), targets, thresholds_path)
+        reports[m.host] = r
+        nodes.append(_node(m.host, str(m.path), r))
+    strag = stragglers(nodes)
+    clock = {"hosts": ts.clock,
+             "error_bound_ns": (max(c["error_bound_ns"] for c in ts.clock.values())
+                                if all(c["error_bound_ns"] is not None for c in ts.clock.values())
+                                else None)}
+    return SetReport(str(ts.root), targets, job_verdict(nodes, strag, targets), nodes, strag,
+                     timeline(ts), clock, reports)

@@ -1,0 +1,60 @@
+"""The terminal report of a trace set: the job's verdict, a table of nodes,
+the stragglers, then each node's findings that are not info, in one line each
+(`iotrace report SET/host=NAME` gives a node's whole report)."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from iotrace.analyzers.rates import human_rate
+
+from .text import COLOURS, STATUS
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def render_set_text(rep, console: Console) -> None:
+    v = rep.verdict
+    head = [Text(v["summary"], style=STATUS.get(v["status"], ""))]
+    bound = rep.clock.get("error_bound_ns")
+    head.append(Text("hosts' clocks: " + (f"aligned within ±{bound / 1e6:.1f} ms"
+                                          if bound is not None else
+                                          "not all synchronised (NTP/PTP): cross-node times "
+                                          "are as good as the hosts' clocks"), style="dim"))
+    console.print(Panel(Group(*head), title=f"iotrace report: {rep.root} ({len(rep.nodes)} nodes)",
+                        title_align="left"))
+    t = Table(header_style="bold", box=None, pad_edge=False)
+    for col, just in (("node", "left"), ("status", "left"), ("AU", "right"),
+                      ("data wait", "right"), ("read", "right"), ("write", "right"),
+                      ("stalled on", "left"), ("top finding", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    strag = {s["host"] for s in rep.stragglers}
+    for n in rep.nodes:
+        f = n["top_finding"]
+        t.add_row(Text(n["host"] + (" *" if n["host"] in strag else ""),
+                       style="bold red" if n["host"] in strag else ""),
+                  Text(n["status"] or "-", style=STATUS.get(n["status"], "")),
+                  _pct(n["accelerator_utilization"]), _pct(n["data_wait_share"]),
+                  human_rate(n["read_bytes_per_s"]), human_rate(n["write_bytes_per_s"]),
+                  n["stall_top"] or "-",
+                  Text(f"{f['id']}", style=COLOURS.get(f["severity"], "")) if f else "-")
+    console.print(t)
+    for s in rep.stragglers:
+        console.print(Panel(Text(f"{s['reason']}. The job lost about {s['impact_s']:.1f} s "
+                                 "waiting for it."),
+                            title=Text(f"[STRAGGLER] {s['host']}", style="bold red"),
+                            title_align="left", border_style="red"))
+    for host, r in rep.reports.items():
+        shown = [f for f in r.findings if f.severity != "info"]
+        if not shown:
+            continue
+        console.print(Text(host, style="bold"))
+        for f in shown:
+            console.print(Text.assemble(("  ", ""), (f"[{f.severity.upper()}] ",
+                                                     COLOURS[f.severity]), f.title,
+                                        (f"  ({f.id})", "dim")))
+    console.print(Text("One node's whole report: iotrace report SET/host=NAME", style="dim"))
