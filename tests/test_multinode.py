@@ -1,0 +1,116 @@
+"""A multi-node job on one machine: three "nodes", each its own network and
+UTS namespace (own host name, a veth pair to a bridge), each running its own
+iotrace around one rank of a torch.distributed (gloo, CPU) job that reads its
+shard and checkpoints. One node's storage is throttled with a cgroup I/O
+limit. The set's report must name that node as the straggler, for its
+storage, and count per node what each rank read."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import IOTRACE, WORKLOADS, cold_throttled_reads, iotrace_cmd, needs_root
+from test_storage import MIB, random_file
+
+pytestmark = [needs_root(),
+              pytest.mark.skipif(shutil.which("ip") is None or shutil.which("unshare") is None,
+                                 reason="needs ip (iproute2) and unshare (util-linux)")]
+NODES = 3
+
+
+@contextlib.contextmanager
+def network_namespaces(n: int):
+    """n network namespaces on one bridge: 10.77.0.1, .2, ... Yields their
+    names and the name of each one's interface."""
+    tag = f"{os.getpid() % 10000}"
+    br, names = f"iotbr{tag}", [f"iotn{tag}-{i}" for i in range(n)]
+
+    def sh(*cmd):
+        subprocess.run(cmd, check=True, capture_output=True)
+    try:
+        sh("ip", "link", "add", br, "type", "bridge")
+        sh("ip", "link", "set", br, "up")
+        for i, ns in enumerate(names):
+            sh("ip", "netns", "add", ns)
+            a, b = f"iotv{tag}{i}a", f"iotv{tag}{i}b"
+            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+            sh("ip", "link", "set", a, "master", br)
+            sh("ip", "link", "set", a, "up")
+            sh("ip", "link", "set", b, "netns", ns)
+            sh("ip", "-n", ns, "addr", "add", f"10.77.0.{i + 1}/24", "dev", b)
+            sh("ip", "-n", ns, "link", "set", b, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        pytest.skip(f"cannot make network namespaces here: {e}")
+    try:
+        yield names, [f"iotv{tag}{i}b" for i in range(n)]
+    finally:
+        for ns in names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", br], capture_output=True)
+
+
+def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_gloo_available():
+        pytest.skip("torch without gloo")
+    shards = [random_file(blockdir / f"shard{i}.bin", 12) for i in range(NODES)]
+    size = shards[0].stat().st_size
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tset = tmp_path / "set"
+    slow = 1
+    with network_namespaces(NODES) as (names, ifaces), \
+            cold_throttled_reads(shards[slow], 3 * 1000 * 1000) as throttle:
+        # the throttle holds the whole device: bring torch's libraries into the
+        # page cache first (the shards stay cold), as on a node whose software
+        # is on another disk
+        subprocess.run([sys.executable, "-c", "import torch.distributed, torch.nn"], check=True)
+        procs = []
+        for rank, ns in enumerate(names):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(NODES),
+                       MASTER_ADDR="10.77.0.1", MASTER_PORT="29581",
+                       GLOO_SOCKET_IFNAME=ifaces[rank])   # not the host name's address
+            job = [sys.executable, str(WORKLOADS / "ddp_train.py"), str(shards[rank]), str(ckpt)]
+            # the whole node in the throttled cgroup (`ip netns exec` hides /sys/fs/cgroup)
+            cmd = [*(throttle if rank == slow else ()), "ip", "netns", "exec", ns, "unshare", "--uts", "--", "sh", "-c",
+                   f'hostname node{rank} && exec "$@"', "sh",
+                   *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--", *job]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=400) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, "\n\n".join(e[-1500:] for _, e in outs)
+    assert sorted(os.listdir(tset)) == [f"host=node{i}" for i in range(NODES)]
+    for rank, (out, _) in enumerate(outs):
+        assert f"rank {rank} steps 12 read {size}" in out
+
+    res = iotrace_cmd("report", str(tset), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(res.stdout)
+    nodes = {n["host"]: n for n in rep["nodes"]}
+    assert set(nodes) == {f"node{i}" for i in range(NODES)}
+    # per node, the bytes of its shard its rank read (ground truth: the shard)
+    import iotrace.traceset
+    ts = iotrace.traceset.open_trace_set(tset)
+    per = dict(ts.sql("""select host, sum(e.ret) from events e join files f using (host, file_id)
+                         where e.op = 'read' and f.path like '%/shard_.bin'
+                         group by host""").fetchall())
+    assert per == {f"node{i}": size for i in range(NODES)}
+    for n in nodes.values():
+        assert n["bytes_read"] >= size and n["accelerator_utilization"] is not None
+    # the throttled node is the straggler, for its storage
+    assert [s["host"] for s in rep["stragglers"]] == [f"node{slow}"], rep["stragglers"]
+    s = rep["stragglers"][0]
+    assert s["cause"] == "fetch" and s["impact_s"] > 1.0
+    assert nodes[f"node{slow}"]["data_wait_share"] > 0.5
+    assert rep["verdict"]["status"] == "io-bound" and rep["verdict"]["nodes"] == NODES
+    # every rank's checkpoint was written, and the set's timeline holds all reads
+    assert len(list(ckpt.iterdir())) == NODES
+    assert sum(t["read_bytes_per_s"] for t in rep["timeline"]) >= NODES * size
