@@ -68,7 +68,7 @@ def _top_stall(v: dict) -> Optional[tuple[str, float]]:
     return max(stall.items(), key=lambda kv: kv[1]) if stall else None
 
 
-def _node(host: str, path: str, r: Report) -> dict:
+def _node(host: str, path: str, r: Report, ranks: dict) -> dict:
     v = r.verdict
     win = max((v.get("training_window") or {}).get("end_s", 0)
               - (v.get("training_window") or {}).get("start_s", 0), 0)
@@ -84,7 +84,8 @@ def _node(host: str, path: str, r: Report) -> dict:
             "data_wait_s": (v.get("time_budget_s") or {}).get("data_wait", 0.0),
             "read_target_ratio": v.get("read_target_ratio"),
             "stall_top": _top_stall(v)[0] if _top_stall(v) else None,
-            "ranks": [{"pid": lp["pid"], "tid": lp["tid"], "thread": lp["thread"],
+            "ranks": [{"rank": ranks.get(lp["pid"]), "pid": lp["pid"], "tid": lp["tid"],
+                       "thread": lp["thread"],
                        "data_wait_share": lp["data_wait_share"]} for lp in v.get("loops", [])],
             "top_finding": ({"id": top.id, "severity": top.severity, "title": top.title}
                             if top else None)}
@@ -101,13 +102,14 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
         if n["data_wait_share"] - med < margin:
             continue
         rank = max(n["ranks"], key=lambda r: r["data_wait_share"] or 0, default=None)
-        why = [f"its training loop waited for data {n['data_wait_share']:.0%} of its window "
+        who = f"rank {rank['rank']}'s" if rank and rank["rank"] is not None else "its"
+        why = [f"{who} training loop waited for data {n['data_wait_share']:.0%} of its window "
                f"(median node {med:.0%})"]
         if n["stall_top"]:
             why.append(f"mostly {STALL_WORDS[n['stall_top']]}")
         if n["top_finding"]:
             why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
-        out.append({"host": n["host"], "rank": None,
+        out.append({"host": n["host"], "rank": rank["rank"] if rank else None,
                     "pid": rank["pid"] if rank else None,
                     "reason": "; ".join(why), "cause": n["stall_top"],
                     "finding": n["top_finding"]["id"] if n["top_finding"] else None,
@@ -180,9 +182,12 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
     for i, m in enumerate(ts.members):
         if progress:
             progress(i, len(ts.members), m.host)
-        r = build_report(open_trace(m.path), targets, thresholds_path)
+        trace = open_trace(m.path)
+        r = build_report(trace, targets, thresholds_path)
         reports[m.host] = r
-        nodes.append(_node(m.host, str(m.path), r))
+        ranks = dict(trace.con.execute(
+            "select pid, rank from processes where rank is not null").fetchall())
+        nodes.append(_node(m.host, str(m.path), r, ranks))
     strag = stragglers(nodes)
     clock = {"hosts": ts.clock,
              "error_bound_ns": (max(c["error_bound_ns"] for c in ts.clock.values())

@@ -108,9 +108,69 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     # the throttled node is the straggler, for its storage
     assert [s["host"] for s in rep["stragglers"]] == [f"node{slow}"], rep["stragglers"]
     s = rep["stragglers"][0]
-    assert s["cause"] == "fetch" and s["impact_s"] > 1.0
+    assert s["cause"] == "fetch" and s["impact_s"] > 1.0 and s["rank"] == slow
     assert nodes[f"node{slow}"]["data_wait_share"] > 0.5
+    assert [[r["rank"] for r in nodes[f"node{i}"]["ranks"]] for i in range(NODES)] \
+        == [[0], [1], [2]]
     assert rep["verdict"]["status"] == "io-bound" and rep["verdict"]["nodes"] == NODES
     # every rank's checkpoint was written, and the set's timeline holds all reads
     assert len(list(ckpt.iterdir())) == NODES
     assert sum(t["read_bytes_per_s"] for t in rep["timeline"]) >= NODES * size
+
+
+MARK = """
+import os, sys, time
+t = float(sys.argv[1])
+while time.time() < t:
+    time.sleep(0.001)
+now = time.time_ns()
+try:
+    os.stat("/iotrace-clock-mark-" + sys.argv[2])   # no such file: an event at a known time
+except FileNotFoundError:
+    pass
+print(now)
+"""
+
+
+def test_clock_offset_put_back_within_the_bound(tmp_path):
+    """Two hosts (UTS namespaces) trace at once; each job makes a marker call
+    at the same wall-clock instant and prints its realtime. The second trace's
+    monotonic clock is then shifted by 12345.678 s (another boot). On the set's
+    axis, the two markers land as far apart as the jobs' own realtimes say,
+    within the pairs' stated error."""
+    start = __import__("time").time() + 4
+    tset = tmp_path / "set"
+    procs = [subprocess.Popen(
+        ["unshare", "--uts", "--", "sh", "-c", f'hostname {h} && exec "$@"', "sh",
+         *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--",
+         sys.executable, "-c", MARK, str(start), h],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in ("ha", "hb")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    real = {h: int(o.strip().splitlines()[-1]) for h, (o, _) in zip(("ha", "hb"), outs)}
+
+    shift = 12_345_678_000_000
+    b = tset / "host=hb"
+    import pyarrow.parquet as pq
+    import pyarrow.compute as pc
+    for part in (b / "events").glob("*.parquet"):
+        t = pq.read_table(part)
+        i = t.schema.get_field_index("ts_ns")
+        pq.write_table(t.set_column(i, "ts_ns", pc.add(t["ts_ns"], shift)), part)
+    meta = json.loads((b / "meta.json").read_text())
+    meta["start_monotonic_ns"] += shift
+    for s in meta["clock"]["samples"]:
+        s["monotonic_ns"] += shift
+    (b / "meta.json").write_text(json.dumps(meta))
+
+    import iotrace.traceset
+    ts = iotrace.traceset.open_trace_set(tset)
+    wall = dict(ts.sql("""select host, wall_ns from events
+                          where op in ('stat', 'newfstatat', 'statx')
+                            and path like '/iotrace-clock-mark-%'""").fetchall())
+    err = sum(c["pair_error_ns"] for c in ts.clock.values())
+    aligned = wall["hb"] - wall["ha"]
+    truth = real["hb"] - real["ha"]
+    # the marker call follows the job's clock read by a few microseconds
+    assert abs(aligned - truth) <= err + 2_000_000, (aligned, truth, err, ts.clock)
+    assert all(c["pairs"] >= 2 for c in ts.clock.values())

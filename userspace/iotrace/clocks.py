@@ -102,15 +102,22 @@ def offset_ns(clock: dict, at_monotonic_ns: Optional[int] = None) -> int:
     return x["realtime_ns"] - x["monotonic_ns"]
 
 
+def pair_error_ns(clock: dict) -> int:
+    """The pairs' own error: their read error and their spread (a clock
+    slewed during the trace): how well ts_ns maps to this host's realtime."""
+    s = clock.get("samples") or []
+    if not s:
+        return 0
+    offs = [x["realtime_ns"] - x["monotonic_ns"] for x in s]
+    return max(x["err_ns"] for x in s) + (max(offs) - min(offs)) // 2
+
+
 def error_bound_ns(clock: dict) -> Optional[int]:
     """How far this host's wall times may be off true time: the kernel's
     stated maximum error plus the pairs' read error and their spread (a
     clock slewed during the trace). None when the kernel says it is not
     synchronised."""
-    s = clock.get("samples") or []
     sync = clock.get("sync") or {}
-    if not s or not sync.get("synchronized"):
+    if not clock.get("samples") or not sync.get("synchronized"):
         return None
-    offs = [x["realtime_ns"] - x["monotonic_ns"] for x in s]
-    return (sync["max_error_us"] * 1000 + max(x["err_ns"] for x in s)
-            + (max(offs) - min(offs)) // 2)
+    return sync["max_error_us"] * 1000 + pair_error_ns(clock)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from .abi import AT_FDCWD, FS_MAGIC, NAMED_PAYLOAD_OPS, OP, S_IFMT, S_IFREG
 
@@ -45,6 +45,8 @@ class Process:
     fds: dict = field(default_factory=dict)       # fd -> FdEntry
     maps: dict = field(default_factory=dict)      # address -> (length, file_id)
     seen_before_trace: bool = False
+    rank: Optional[int] = None         # RANK (or SLURM_PROCID...) in its environment
+    local_rank: Optional[int] = None   # LOCAL_RANK (or SLURM_LOCALID)
 
 
 @dataclass
@@ -88,6 +90,9 @@ class Model:
             # (the executable and loader the kernel maps at exec)
             "storage_rows_without_file": 0,
         }
+        # called with a process after its exec (the session reads its rank
+        # from /proc: the environment is not in the events)
+        self.exec_hook: Optional[Callable[[Process], None]] = None
 
     # ---- processes --------------------------------------------------------
 
@@ -172,7 +177,8 @@ class Model:
             parent = self.proc(pid, ts)
             child = ret
             c = self.add_process(child, pid, ts, cmdline=parent.cmdline,
-                                 comm=s1 or parent.comm, cwd=parent.cwd)
+                                 comm=s1 or parent.comm, cwd=parent.cwd,
+                                 rank=parent.rank, local_rank=parent.local_rank)
             c.fds = {fd: FdEntry(x.path, x.cloexec) for fd, x in parent.fds.items()}
             c.maps = dict(parent.maps)
             self.threads[child] = Thread(tid=child, pid=child, name=c.comm, start_ns=ts)
@@ -185,6 +191,8 @@ class Model:
             p = self.proc(pid, ts)
             p.cmdline = decode_cmdline(payload or b"")
             p.execs += 1
+            if self.exec_hook:
+                self.exec_hook(p)
             p.fds = {fd: x for fd, x in p.fds.items() if not x.cloexec}
             p.maps = {}
             # exec by a non-leader thread: the old tid is gone, the leader stays

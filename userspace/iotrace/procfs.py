@@ -42,6 +42,25 @@ def kernel_dev(st_dev: int) -> int:
     return (os.major(st_dev) << 20) | os.minor(st_dev)
 
 
+# Where launchers put a process's rank (torchrun, Slurm, Open MPI, PMIx, MPICH).
+RANK_VARS = (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMIX_RANK", b"PMI_RANK")
+LOCAL_RANK_VARS = (b"LOCAL_RANK", b"SLURM_LOCALID", b"OMPI_COMM_WORLD_LOCAL_RANK",
+                   b"MPI_LOCALRANKID")
+
+
+def read_rank(p) -> None:
+    """Sets a process's rank and local rank from its environment, where a
+    launcher put them (only these variables are read, nothing else kept)."""
+    raw = _read(f"/proc/{p.pid}/environ")
+    if not raw:
+        return
+    env = dict(kv.split(b"=", 1) for kv in raw.split(b"\0") if b"=" in kv)
+    for attr, names in (("rank", RANK_VARS), ("local_rank", LOCAL_RANK_VARS)):
+        v = next((env[n] for n in names if n in env), None)
+        if v is not None and v.strip().isdigit():
+            setattr(p, attr, int(v))
+
+
 def snapshot_process(model: Model, pid: int, ts: int) -> None:
     """Adds a process that already runs: cmdline, cwd, threads, open fds
     (regular files are registered so their paths are known)."""
@@ -49,6 +68,7 @@ def snapshot_process(model: Model, pid: int, ts: int) -> None:
     p = model.add_process(pid, ppid_of(pid), ts, comm=comm,
                           cmdline=decode_cmdline(_read(f"/proc/{pid}/cmdline") or b""))
     p.seen_before_trace = True
+    read_rank(p)
     try:
         p.cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:

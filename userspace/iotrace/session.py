@@ -78,6 +78,7 @@ class Session:
         self.next_seg = 0
         self.progress = Progress()
         self.clock = ClockLog()
+        self.model.exec_hook = procfs.read_rank
         self._last = (0.0, 0, 0, 0)
         self.convert_error: Optional[str] = None
         self.final_write_error: Optional[str] = None

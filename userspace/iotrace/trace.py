@@ -101,8 +101,13 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "") -
                 raise IotraceError(f"{root} lacks {name}.parquet: the trace is incomplete",
                                    EXIT_TRACE)
             q = str(p).replace("'", "''")
-            con.execute(f"create or replace view {prefix}{name} as select * from "
-                        f"read_parquet('{q}', hive_partitioning = false)")
+            src = f"read_parquet('{q}', hive_partitioning = false)"
+            con.execute(f"create or replace view {prefix}{name} as select * from {src}")
+            if name == "processes" and "rank" not in {
+                    r[0] for r in con.execute(f"describe {prefix}{name}").fetchall()}:
+                # before schema 1.4: no ranks
+                con.execute(f"create or replace view {prefix}{name} as select *, "
+                            f"null::integer as rank, null::integer as local_rank from {src}")
     except duckdb.Error as e:
         raise IotraceError(f"{root}: cannot read the trace tables ({e})", EXIT_TRACE)
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from .model import Model, kernel_dev_to_major_minor
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 # Column names and DuckDB types of events (for an empty trace's view).
 EVENTS_SCHEMA_NAMES = [
@@ -44,6 +44,7 @@ PROCESSES_SCHEMA = pa.schema([
     ("comm", pa.string()), ("start_ns", pa.int64()), ("exit_ns", pa.int64()),
     ("exit_code", pa.int32()), ("exit_signal", pa.int32()), ("execs", pa.int32()),
     ("threads", pa.int32()), ("before_trace", pa.bool_()),
+    ("rank", pa.int32()), ("local_rank", pa.int32()),
 ])
 THREADS_SCHEMA = pa.schema([
     ("tid", pa.int32()), ("pid", pa.int32()), ("name", pa.string()),
@@ -127,6 +128,8 @@ def processes_table(model: Model) -> pa.Table:
         cols["execs"].append(p.execs)
         cols["threads"].append(nthreads.get(p.pid, 1))
         cols["before_trace"].append(p.seen_before_trace)
+        cols["rank"].append(p.rank)
+        cols["local_rank"].append(p.local_rank)
     return pa.table(cols, schema=PROCESSES_SCHEMA)
 
 

@@ -38,6 +38,8 @@ def is_trace_set(path) -> bool:
 
 def members(path) -> list[Member]:
     root = Path(path)
+    if not root.is_dir():
+        raise IotraceError(f"{root}: no such trace set directory", EXIT_TRACE)
     out: list[Member] = []
     for d in sorted(x for x in root.iterdir() if x.is_dir() and (x / "meta.json").exists()):
         meta = read_meta(d)
@@ -60,11 +62,12 @@ def clock_info(m: Member) -> dict:
     clock = m.meta.get("clock") or {}
     if clock.get("samples"):
         return {"offset_ns": clocks.offset_ns(clock), "error_bound_ns": clocks.error_bound_ns(clock),
-                "synchronized": (clock.get("sync") or {}).get("synchronized"), "pairs":
-                len(clock["samples"])}
+                "pair_error_ns": clocks.pair_error_ns(clock),
+                "synchronized": (clock.get("sync") or {}).get("synchronized"),
+                "pairs": len(clock["samples"])}
     # traces before clock pairs: the start pair only, no bound
     return {"offset_ns": m.meta.get("start_realtime_ns", 0) - m.meta.get("start_monotonic_ns", 0),
-            "error_bound_ns": None, "synchronized": None, "pairs": 1}
+            "error_bound_ns": None, "pair_error_ns": None, "synchronized": None, "pairs": 1}
 
 
 class TraceSet:
