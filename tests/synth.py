@@ -59,7 +59,8 @@ def synth_trace(root: Path, events: list[dict], files=(), processes=(), threads=
         "start_ns": [0] * len(procs), "exit_ns": [None] * len(procs),
         "exit_code": [0] * len(procs), "exit_signal": [None] * len(procs),
         "execs": [1] * len(procs), "threads": [1] * len(procs),
-        "before_trace": [False] * len(procs)}, schema=PROCESSES_SCHEMA),
+        "before_trace": [False] * len(procs), "rank": [None] * len(procs),
+        "local_rank": [None] * len(procs)}, schema=PROCESSES_SCHEMA),
         root / "processes.parquet")
     th = threads or sorted({(e["tid"], e["pid"], f"t{e['tid']}") for e in events})
     pq.write_table(pa.table({
