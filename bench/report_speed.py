@@ -90,6 +90,7 @@ def make_trace(root: Path, events: int, seed: int = 0) -> None:
         "start_ns": [0] * len(PIDS), "exit_ns": [t] * len(PIDS), "exit_code": [0] * len(PIDS),
         "exit_signal": [None] * len(PIDS), "execs": [1] * len(PIDS),
         "threads": [2] * len(PIDS), "before_trace": [False] * len(PIDS),
+        "rank": [None] * len(PIDS), "local_rank": [None] * len(PIDS),
     }, schema=PROCESSES_SCHEMA), root / "processes.parquet")
     tids = [(int(p) * 10 + k, int(p)) for p in PIDS for k in range(2)]
     pq.write_table(pa.table({

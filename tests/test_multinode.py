@@ -171,6 +171,7 @@ def test_clock_offset_put_back_within_the_bound(tmp_path):
     err = sum(c["pair_error_ns"] for c in ts.clock.values())
     aligned = wall["hb"] - wall["ha"]
     truth = real["hb"] - real["ha"]
+    print(f"aligned {aligned} ns, truth {truth} ns, pairs error {err} ns")
     # the marker call follows the job's clock read by a few microseconds
     assert abs(aligned - truth) <= err + 2_000_000, (aligned, truth, err, ts.clock)
     assert all(c["pairs"] >= 2 for c in ts.clock.values())
