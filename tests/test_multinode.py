@@ -175,3 +175,34 @@ def test_clock_offset_put_back_within_the_bound(tmp_path):
     # the marker call follows the job's clock read by a few microseconds
     assert abs(aligned - truth) <= err + 2_000_000, (aligned, truth, err, ts.clock)
     assert all(c["pairs"] >= 2 for c in ts.clock.values())
+
+
+def test_set_timeline_one_process_group_per_host(tmp_path):
+    """Two hosts' traces (the clock test's kind, UTS namespaces) exported as one
+    Perfetto file: every process under its host's name, every track described
+    once, each host's calls all there, and the hosts' marker calls as far apart
+    on the timeline as on the set's axis."""
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from test_perfetto import check, decode
+    start = __import__("time").time() + 3
+    tset = tmp_path / "set"
+    procs = [subprocess.Popen(
+        ["unshare", "--uts", "--", "sh", "-c", f'hostname {h} && exec "$@"', "sh",
+         *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--",
+         sys.executable, "-c", MARK, str(start), h],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in ("ha", "hb")]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    out = tmp_path / "set.pftrace"
+    res = iotrace_cmd("export", "--perfetto", str(tset), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    r = check(decode(out))
+    names = [d.process.process_name for d in r["desc"].values() if d.HasField("process")]
+    assert names and all(n.startswith(("ha: ", "hb: ")) for n in names), names
+    assert {n[:2] for n in names} == {"ha", "hb"}
+    marks = {s[4].get("path", "")[-2:]: s[2] for s in r["slices"]
+             if "iotrace-clock-mark-" in str(s[4].get("path", ""))}
+    import iotrace.traceset
+    ts = iotrace.traceset.open_trace_set(tset)
+    wall = dict(ts.sql("""select host, wall_ns from events
+                          where path like '/iotrace-clock-mark-%'""").fetchall())
+    assert marks["hb"] - marks["ha"] == wall["hb"] - wall["ha"]

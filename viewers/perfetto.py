@@ -411,8 +411,8 @@ def _errno_text(e: int) -> str:
 
 
 class _Uuids:
-    def __init__(self):
-        self.next = FIRST_UUID
+    def __init__(self, first: int = FIRST_UUID):
+        self.first = self.next = first
 
     def take(self) -> int:
         self.next += 1
@@ -420,11 +420,13 @@ class _Uuids:
 
 
 def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
-           bin_ns: int = BIN_NS) -> dict:
+           bin_ns: int = BIN_NS, first_uuid: int = FIRST_UUID) -> dict:
     """Writes `trace` (an iotrace.Trace) as a Perfetto trace to out_path.
     `report`: an analyzers Report whose findings go on the findings track.
     Returns stats: events, slices, merged_calls, instants, counter_points,
-    tracks, bytes, seconds and the merge thresholds used (None: no merging)."""
+    tracks, bytes, seconds and the merge thresholds used (None: no merging).
+    `first_uuid`: where its track uuids (and sequence ids) start, so that the
+    exports of several hosts can be concatenated into one file."""
     started = time.perf_counter()
     con = trace.con
     try:
@@ -442,7 +444,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
         t0 = int(trace.meta.get("start_monotonic_ns") or 0)
         t1 = int(trace.meta.get("end_monotonic_ns") or t0)
     t0, t1 = int(t0), int(t1)
-    uuids = _Uuids()
+    uuids = _Uuids(first_uuid)
     timings = stats["timings_s"] = {}      # stage -> [wall s, CPU s of all threads]
     lap = [time.perf_counter(), time.process_time()]
 
@@ -752,7 +754,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             con.unregister("_pf_keys")
         except Exception:
             pass
-    stats["tracks"] = uuids.next - FIRST_UUID
+    stats["tracks"] = uuids.next - uuids.first
     stats["bytes"] = out_path.stat().st_size
     stats["seconds"] = round(time.perf_counter() - started, 3)
     stats["path"] = str(out_path)
@@ -1070,7 +1072,7 @@ def _loop_tracks(report, describe, thread_track, uuids, stats) -> list[bytes]:
     lo, hi = int(win["start_ns"]), int(win["end_ns"])
     out: list[bytes] = []
     waker_track: dict[tuple[int, int], tuple[int, int]] = {}     # (pid, tid) -> (uuid, seq)
-    flow = 0
+    flow = uuids.first << 20       # flow ids unique across hosts' concatenated exports
     stats["loop_states"] = stats["loop_flows"] = 0
     instants = []
     for st in states:

@@ -41,7 +41,10 @@ def export_perfetto(trace_dir, out_path, report=None, findings: bool = True,
     the report is built with default targets; a failing report only loses the
     findings track (stats["findings_error"] says why)."""
     from .trace import open_trace
+    from .traceset import is_trace_set
     from .viewers.perfetto import MAX_SLICES, export
+    if is_trace_set(trace_dir):
+        return export_set_perfetto(trace_dir, out_path, findings, max_slices)
     trace = open_trace(trace_dir)
     err = None
     if report is None and findings:
@@ -56,6 +59,47 @@ def export_perfetto(trace_dir, out_path, report=None, findings: bool = True,
     if err:
         stats["findings_error"] = err
     return stats
+
+
+def export_set_perfetto(set_dir, out_path, findings: bool = True,
+                        max_slices: Optional[int] = None) -> dict:
+    """A trace set as one Perfetto timeline: each host's processes under their
+    host's name, all on the set's common time axis (the hosts' clock pairs).
+    Each host is exported as for one trace, with its own track ids, and the
+    exports are concatenated (a Perfetto trace is a stream of packets)."""
+    from .traceset import PID_STRIDE, open_trace_set, set_base_ns, shifted_member
+    from .viewers.perfetto import FIRST_UUID, MAX_SLICES, export
+    ts = open_trace_set(set_dir)
+    base = set_base_ns(ts)
+    out_path = Path(out_path)
+    per_host = max_slices or MAX_SLICES
+    total: dict = {"hosts": len(ts.members), "findings_error": None}
+    tmp = out_path.with_name(out_path.name + ".part")
+    with open(tmp, "wb") as out:
+        for i, m in enumerate(ts.members):
+            trace = shifted_member(ts, i, base)
+            report = None
+            if findings:
+                try:
+                    from .analyzers.base import Targets
+                    from .analyzers.report import build_report
+                    report = build_report(trace, Targets())
+                    trace = shifted_member(ts, i, base)     # fresh views for the export
+                except Exception as e:            # the timeline is still worth having
+                    total["findings_error"] = f"{m.host}: {type(e).__name__}: {e}"
+            one = out_path.with_name(f"{out_path.name}.{i}")
+            stats = export(trace, one, report=report, max_slices=per_host // len(ts.members),
+                           first_uuid=FIRST_UUID + i * PID_STRIDE)
+            out.write(one.read_bytes())
+            one.unlink()
+            for k, v in stats.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "max_slices":
+                    total[k] = total.get(k, 0) + v
+    tmp.replace(out_path)
+    total["bytes"] = out_path.stat().st_size
+    if not total["findings_error"]:
+        total.pop("findings_error")
+    return total
 
 
 def default_output(trace_dir) -> Path:

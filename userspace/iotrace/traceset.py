@@ -20,7 +20,11 @@ import duckdb
 
 from . import clocks
 from .errors import EXIT_TRACE, IotraceError
-from .trace import create_views, read_meta
+from .trace import Trace, create_views, read_meta
+
+# Per member, its pids and tids are moved up by this times its index in a
+# shifted view, so that several hosts' processes never share an id.
+PID_STRIDE = 10_000_000
 
 
 @dataclass
@@ -97,3 +101,45 @@ def open_trace_set(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Tra
             parts.append(f"select '{host}' as host, *{extra} from m{i}_{name}")
         con.execute(f"create or replace view {name} as " + " union all by name ".join(parts))
     return ts
+
+
+def shifted_member(ts: TraceSet, i: int, base_ns: int) -> Trace:
+    """Member i as a Trace of its own whose times are on the set's axis
+    (ts_ns = wall_ns - base_ns), whose pids and tids are unique in the set
+    (+ i * PID_STRIDE) and whose command lines start with its host: what a
+    timeline of the whole set is drawn from, one host after another."""
+    m = ts.members[i]
+    con = duckdb.connect()
+    create_views(con, m.path, prefix="raw_")
+    shift = int(ts.clock[m.host]["offset_ns"]) - base_ns
+    p = i * PID_STRIDE
+    host = m.host.replace("'", "''")
+
+    def up(col: str) -> str:     # a pid/tid column; 0 and negatives keep their meaning
+        return f"case when {col} > 0 then {col} + {p} else {col} end"
+    con.execute(f"""create view events as select * replace (
+        ts_ns + {shift} as ts_ns, {up('pid')} as pid, {up('tid')} as tid,
+        case when op = 'offcpu' then {up('ret')} else ret end as ret,
+        case when op = 'offcpu' then {up('arg')} else arg end as arg) from raw_events""")
+    con.execute(f"""create view processes as select * replace (
+        {up('pid')} as pid, {up('ppid')} as ppid, '{host}: ' || cmdline as cmdline,
+        start_ns + {shift} as start_ns, exit_ns + {shift} as exit_ns) from raw_processes""")
+    con.execute(f"""create view threads as select * replace (
+        {up('tid')} as tid, {up('pid')} as pid,
+        start_ns + {shift} as start_ns, exit_ns + {shift} as exit_ns) from raw_threads""")
+    con.execute("create view files as select * from raw_files")
+    meta = dict(m.meta)
+    for k in ("start_monotonic_ns", "end_monotonic_ns"):
+        if meta.get(k) is not None:
+            meta[k] = int(meta[k]) + shift
+    meta["host"] = m.host
+    return Trace(m.path, meta, con)
+
+
+def set_base_ns(ts: TraceSet) -> int:
+    """The set's time origin on its wall axis: a second before its first event."""
+    first = ts.con.execute("select min(wall_ns) from events").fetchone()[0]
+    if first is None:
+        first = min(int(c["offset_ns"]) + int(m.meta.get("start_monotonic_ns") or 0)
+                    for m, c in zip(ts.members, ts.clock.values()))
+    return int(first) - 1_000_000_000
