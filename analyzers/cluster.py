@@ -18,6 +18,9 @@ against the per-node target). Then, across nodes:
 """
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
@@ -175,18 +178,41 @@ def job_verdict(nodes: list[dict], strag: list[dict], targets: Targets) -> dict:
     return v
 
 
+def node_report(path: str, targets: Targets, thresholds_path: Optional[str]):
+    """One node's report and its processes' ranks (run in a worker process)."""
+    trace = open_trace(path)
+    r = build_report(trace, targets, thresholds_path)
+    r.loop_states = []            # the timeline's, not the set report's: not shipped back
+    ranks = dict(trace.con.execute(
+        "select pid, rank from processes where rank is not null").fetchall())
+    return r, ranks
+
+
 def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[str] = None,
-                     progress=None) -> SetReport:
+                     progress=None, jobs: Optional[int] = None) -> SetReport:
+    """Nodes' reports run in `jobs` processes (default: the CPUs, at most
+    the nodes): each is a DuckDB of its own over its own files."""
     reports: dict[str, Report] = {}
     nodes = []
-    for i, m in enumerate(ts.members):
-        if progress:
-            progress(i, len(ts.members), m.host)
-        trace = open_trace(m.path)
-        r = build_report(trace, targets, thresholds_path)
+    jobs = min(jobs or os.cpu_count() or 1, len(ts.members))
+    args = [(str(m.path), targets, thresholds_path) for m in ts.members]
+    if jobs > 1:
+        ctx = multiprocessing.get_context("spawn")   # no DuckDB state forked
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            futs = [pool.submit(node_report, *a) for a in args]
+            results = []
+            for i, f in enumerate(futs):
+                results.append(f.result())
+                if progress:
+                    progress(i, len(ts.members), ts.members[i].host)
+    else:
+        results = []
+        for i, a in enumerate(args):
+            if progress:
+                progress(i, len(ts.members), ts.members[i].host)
+            results.append(node_report(*a))
+    for m, (r, ranks) in zip(ts.members, results):
         reports[m.host] = r
-        ranks = dict(trace.con.execute(
-            "select pid, rank from processes where rank is not null").fetchall())
         nodes.append(_node(m.host, str(m.path), r, ranks))
     strag = stragglers(nodes)
     clock = {"hosts": ts.clock,
