@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from iotrace.abi import READ_OPS, WRITE_OPS, sql_list
+from iotrace.nodesummary import RATES, SUMMARY_DIR, read_node_report
 from iotrace.trace import open_trace
 from iotrace.traceset import TraceSet
 
 from .base import Targets
 from .rates import human_rate
-from .report import Report, build_report
+from .report import build_report
 from .verdict import STALL_WORDS
 
 STRAGGLER_MARGIN = 0.10
@@ -47,7 +48,8 @@ class SetReport:
     stragglers: list[dict]
     timeline: list[dict]
     clock: dict
-    reports: dict[str, Report] = field(default_factory=dict)
+    reports: dict[str, dict] = field(default_factory=dict)   # each node's report (JSON)
+    sources: dict[str, str] = field(default_factory=dict)    # "summary" or "events"
 
     def to_dict(self) -> dict:
         return {"schema": SET_SCHEMA, "trace_set": self.root,
@@ -58,11 +60,11 @@ class SetReport:
                             "per": "node"},
                 "verdict": self.verdict, "nodes": self.nodes, "stragglers": self.stragglers,
                 "timeline": self.timeline, "clock": self.clock,
-                "node_reports": {h: r.to_dict() for h, r in self.reports.items()}}
+                "node_report_sources": self.sources, "node_reports": self.reports}
 
     def worst(self) -> Optional[str]:
         from .base import severity_rank
-        return max((r.worst() for r in self.reports.values() if r.worst()),
+        return max((f["severity"] for r in self.reports.values() for f in r["findings"]),
                    key=severity_rank, default=None)
 
 
@@ -71,12 +73,12 @@ def _top_stall(v: dict) -> Optional[tuple[str, float]]:
     return max(stall.items(), key=lambda kv: kv[1]) if stall else None
 
 
-def _node(host: str, path: str, r: Report, ranks: dict) -> dict:
-    v = r.verdict
+def _node(host: str, path: str, r: dict, ranks: dict) -> dict:
+    v = r["verdict"]
     win = max((v.get("training_window") or {}).get("end_s", 0)
               - (v.get("training_window") or {}).get("start_s", 0), 0)
     span = v.get("reading_span_s") or 0
-    top = r.findings[0] if r.findings else None
+    top = r["findings"][0] if r["findings"] else None
     return {"host": host, "trace": path, "status": v.get("status"),
             "read_bytes_per_s": v.get("read_bytes_per_s") or 0.0,
             "write_bytes_per_s": (v.get("bytes_written", 0) / (span or win)) if (span or win)
@@ -87,10 +89,10 @@ def _node(host: str, path: str, r: Report, ranks: dict) -> dict:
             "data_wait_s": (v.get("time_budget_s") or {}).get("data_wait", 0.0),
             "read_target_ratio": v.get("read_target_ratio"),
             "stall_top": _top_stall(v)[0] if _top_stall(v) else None,
-            "ranks": [{"rank": ranks.get(lp["pid"]), "pid": lp["pid"], "tid": lp["tid"],
+            "ranks": [{"rank": ranks.get(str(lp["pid"])), "pid": lp["pid"], "tid": lp["tid"],
                        "thread": lp["thread"],
                        "data_wait_share": lp["data_wait_share"]} for lp in v.get("loops", [])],
-            "top_finding": ({"id": top.id, "severity": top.severity, "title": top.title}
+            "top_finding": ({"id": top["id"], "severity": top["severity"], "title": top["title"]}
                             if top else None)}
 
 
@@ -122,15 +124,27 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
 
 
 def timeline(ts: TraceSet) -> list[dict]:
-    """Read and write bytes per second of the whole job on the common axis."""
+    """Read and write bytes per second of the whole job on the common axis:
+    from the nodes' summaries (rates.parquet) when every node has one, else
+    from the raw events."""
+    rates = [m.path / SUMMARY_DIR / RATES for m in ts.members]
+    if all(p.exists() for p in rates):
+        parts = " union all ".join(
+            f"select '{m.host.replace(chr(39), chr(39) * 2)}' as host, "
+            f"second * 1000000000 + {int(ts.clock[m.host]['offset_ns'])} as wall_ns, "
+            f"read_bytes as r, write_bytes as w "
+            f"from read_parquet('{str(p).replace(chr(39), chr(39) * 2)}', "
+            f"hive_partitioning = false)"
+            for m, p in zip(ts.members, rates))
+        src = f"({parts})"
+    else:
+        src = f"""(select host, wall_ns, greatest(ret, 0) filter (where op in
+                          {sql_list(READ_OPS)}) as r,
+                          greatest(ret, 0) filter (where op in {sql_list(WRITE_OPS)}) as w
+                   from events where op in {sql_list(READ_OPS + WRITE_OPS)} and ret > 0)"""
     rows = ts.con.execute(f"""
-        with io as (
-            select host, wall_ns, greatest(ret, 0) as b,
-                   op in {sql_list(READ_OPS)} as rd
-            from events where op in {sql_list(READ_OPS + WRITE_OPS)} and ret > 0),
-        t0 as (select min(wall_ns) as t0 from io)
-        select ((wall_ns - t0) // 1000000000)::int as s, host,
-               sum(b) filter (where rd) as r, sum(b) filter (where not rd) as w
+        with io as {src}, t0 as (select min(wall_ns) as t0 from io)
+        select ((wall_ns - t0) // 1000000000)::int as s, host, sum(r) as r, sum(w) as w
         from io, t0 group by all order by 1, 2""").fetchall()
     out: dict[int, dict] = {}
     for s, host, r, w in rows:
@@ -138,7 +152,7 @@ def timeline(ts: TraceSet) -> list[dict]:
                                "read_by_host": {}})
         e["read_bytes_per_s"] += int(r or 0)
         e["write_bytes_per_s"] += int(w or 0)
-        e["read_by_host"][host] = int(r or 0)
+        e["read_by_host"][host] = e["read_by_host"].get(host, 0) + int(r or 0)
     return [out[k] for k in sorted(out)]
 
 
@@ -178,46 +192,47 @@ def job_verdict(nodes: list[dict], strag: list[dict], targets: Targets) -> dict:
     return v
 
 
-def node_report(path: str, targets: Targets, thresholds_path: Optional[str]):
-    """One node's report and its processes' ranks (run in a worker process)."""
+def node_report(path: str, targets: Targets, thresholds_path: Optional[str]) -> dict:
+    """One node's report from its raw events, as JSON (run in a worker process)."""
     trace = open_trace(path)
-    r = build_report(trace, targets, thresholds_path)
-    r.loop_states = []            # the timeline's, not the set report's: not shipped back
-    ranks = dict(trace.con.execute(
-        "select pid, rank from processes where rank is not null").fetchall())
-    return r, ranks
+    d = build_report(trace, targets, thresholds_path).to_dict()
+    d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
+        "select pid, rank from processes where rank is not null").fetchall()}
+    return d
 
 
 def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[str] = None,
                      progress=None, jobs: Optional[int] = None) -> SetReport:
     """Nodes' reports run in `jobs` processes (default: the CPUs, at most
     the nodes): each is a DuckDB of its own over its own files."""
-    reports: dict[str, Report] = {}
-    nodes = []
-    jobs = min(jobs or os.cpu_count() or 1, len(ts.members))
-    args = [(str(m.path), targets, thresholds_path) for m in ts.members]
+    reports: dict[str, dict] = {}
+    sources: dict[str, str] = {}
+    # a node's own summary serves when the report asks what it answered
+    if targets == Targets() and thresholds_path is None:
+        for m in ts.members:
+            d = read_node_report(m.path, m.meta)
+            if d is not None:
+                reports[m.host], sources[m.host] = d, "summary"
+    todo = [m for m in ts.members if m.host not in reports]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    args = [(str(m.path), targets, thresholds_path) for m in todo]
+    if progress and todo:
+        progress(len(todo), len(ts.members))
     if jobs > 1:
         ctx = multiprocessing.get_context("spawn")   # no DuckDB state forked
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futs = [pool.submit(node_report, *a) for a in args]
-            results = []
-            for i, f in enumerate(futs):
-                results.append(f.result())
-                if progress:
-                    progress(i, len(ts.members), ts.members[i].host)
+            results = list(pool.map(node_report, *zip(*args)))
     else:
-        results = []
-        for i, a in enumerate(args):
-            if progress:
-                progress(i, len(ts.members), ts.members[i].host)
-            results.append(node_report(*a))
-    for m, (r, ranks) in zip(ts.members, results):
-        reports[m.host] = r
-        nodes.append(_node(m.host, str(m.path), r, ranks))
+        results = [node_report(*a) for a in args]
+    for m, d in zip(todo, results):
+        reports[m.host], sources[m.host] = d, "events"
+    reports = {m.host: reports[m.host] for m in ts.members}
+    nodes = [_node(m.host, str(m.path), reports[m.host], reports[m.host].get("ranks", {}))
+             for m in ts.members]
     strag = stragglers(nodes)
     clock = {"hosts": ts.clock,
              "error_bound_ns": (max(c["error_bound_ns"] for c in ts.clock.values())
                                 if all(c["error_bound_ns"] is not None for c in ts.clock.values())
                                 else None)}
     return SetReport(str(ts.root), targets, job_verdict(nodes, strag, targets), nodes, strag,
-                     timeline(ts), clock, reports)
+                     timeline(ts), clock, reports, sources)

@@ -78,8 +78,11 @@ def iotrace_cmd(*args: str, **kw) -> subprocess.CompletedProcess:
 
 
 def trace_run(out: Path, *command: str, extra: tuple = (), **kw):
-    """`iotrace run -o out -- command`; returns (completed process, Trace)."""
-    proc = iotrace_cmd("run", "-q", "-o", str(out), *extra, "--", *command, **kw)
+    """`iotrace run -o out -- command`; returns (completed process, Trace).
+    Without the node summary (a report at the end of each run): the tests of
+    trace sets ask for it."""
+    proc = iotrace_cmd("run", "-q", "--no-node-summary", "-o", str(out), *extra, "--",
+                       *command, **kw)
     trace = iotrace.open_trace(out) if (out / "meta.json").exists() else None
     return proc, trace
 

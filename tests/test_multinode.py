@@ -94,6 +94,19 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     res = iotrace_cmd("report", str(tset), "--format", "json")
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
+    # each node's own summary served (written at the end of its run) ...
+    assert set(rep["node_report_sources"].values()) == {"summary"}
+    # ... and says what the raw events say (a target makes the report read them)
+    res = iotrace_cmd("report", str(tset), "--format", "json", "--target-read", "1GB/s")
+    assert res.returncode == 0, res.stderr
+    raw = json.loads(res.stdout)
+    assert set(raw["node_report_sources"].values()) == {"events"}
+    assert [(s["host"], s["rank"]) for s in raw["stragglers"]] == \
+        [(s["host"], s["rank"]) for s in rep["stragglers"]]
+    for a, b in zip(rep["nodes"], raw["nodes"]):
+        assert a["accelerator_utilization"] == b["accelerator_utilization"]
+        assert a["bytes_read"] == b["bytes_read"]
+    assert raw["verdict"]["read_target_ratio"] < 1
     nodes = {n["host"]: n for n in rep["nodes"]}
     assert set(nodes) == {f"node{i}" for i in range(NODES)}
     # per node, the bytes of its shard its rank read (ground truth: the shard)

@@ -49,12 +49,12 @@ def render_set_text(rep, console: Console) -> None:
                             title=Text(f"[STRAGGLER] {s['host']}", style="bold red"),
                             title_align="left", border_style="red"))
     for host, r in rep.reports.items():
-        shown = [f for f in r.findings if f.severity != "info"]
+        shown = [f for f in r["findings"] if f["severity"] != "info"]
         if not shown:
             continue
         console.print(Text(host, style="bold"))
         for f in shown:
-            console.print(Text.assemble(("  ", ""), (f"[{f.severity.upper()}] ",
-                                                     COLOURS[f.severity]), f.title,
-                                        (f"  ({f.id})", "dim")))
+            console.print(Text.assemble(("  ", ""), (f"[{f['severity'].upper()}] ",
+                                                     COLOURS[f["severity"]]), f["title"],
+                                        (f"  ({f['id']})", "dim")))
     console.print(Text("One node's whole report: iotrace report SET/host=NAME", style="dim"))

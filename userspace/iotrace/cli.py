@@ -107,10 +107,19 @@ class StatusLine:
             sys.stderr.flush()
 
 
-def finish_session(session: Session, status: StatusLine, quiet: bool, user) -> dict:
+def finish_session(session: Session, status: StatusLine, quiet: bool, user,
+                   node_report: bool = True) -> dict:
     session.loop()
     status.clear()
     meta = session.finish()
+    if node_report and not session.stop_error() and not session.final_write_error:
+        from .nodesummary import write_node_summary
+        if not quiet and sys.stderr.isatty():
+            err_console.print("[dim]writing the node summary (summary/)...[/dim]")
+        err = write_node_summary(session.out)
+        if err:
+            say(f"no node summary in {session.out}/summary ({err}): `iotrace report` "
+                "reads the raw events instead")
     chown_tree(str(session.out), user)
     why = session.stop_error()
     if why:
@@ -294,7 +303,9 @@ def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window) -> i
     ts = open_trace_set(set_dir)
     quiet = not sys.stderr.isatty()
     rep = build_set_report(ts, targets, config, progress=None if quiet else (
-        lambda i, n, host: err_console.print(f"[dim]node {i + 1}/{n}: {host}[/dim]")))
+        lambda todo, n: err_console.print(
+            f"[dim]analysing the raw events of {todo} of {n} nodes "
+            f"({'targets or thresholds given' if todo == n else 'no node summary'})[/dim]")))
     if fmt == "text":
         console = Console(highlight=False, width=min(out_console.width, 110))
         if output:
@@ -319,6 +330,12 @@ def _power_of_two(ctx, param, value: int) -> int:
         raise click.BadParameter(f"{value} is not a power of two (try 32, 64, 128...)")
     return value
 
+
+node_summary_option = click.option(
+    "--no-node-summary", "no_node_summary", is_flag=True,
+    help="Skip the node summary written into DIR/summary at the end (the node's report "
+         "and per-second rates, what `iotrace report SET` reads for a job on several "
+         "nodes; about a second per million events).")
 
 ringbuf_option = click.option(
     "--ringbuf-mb", default=64, show_default=True, type=click.IntRange(1, 4096),
@@ -350,13 +367,14 @@ def verbs_lib_option(f):
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
 @verbs_lib_option
+@node_summary_option
 @click.option("--report", "want_report", is_flag=True,
               help="Print the bottleneck report (iotrace report) at the end.")
 @click.option("--perfetto", "want_perfetto", is_flag=True,
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, want_report, want_perfetto, target_read, target_write,
+def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, want_report, want_perfetto, target_read, target_write,
         gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
@@ -418,7 +436,7 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, want_report, want_pe
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigterm)
     start_or_clean_up(session)
-    finish_session(session, status, quiet, user)
+    finish_session(session, status, quiet, user, node_report=not no_node_summary)
     code = session.job_exit_code()
     if want_report:
         emit_report(outdir, targets, config, "text", None, None)
@@ -446,7 +464,9 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, want_report, want_pe
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
 @verbs_lib_option
-def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs) -> None:
+@node_summary_option
+def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
+           no_node_summary) -> None:
     """Trace a running process and its present and future descendants.
 
     \b
@@ -488,7 +508,7 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs) ->
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGTERM, on_stop)
     start_or_clean_up(session)
-    meta = finish_session(session, status, quiet, user)
+    meta = finish_session(session, status, quiet, user, node_report=not no_node_summary)
     sys.exit(EXIT_TRACE if meta.get("state") != "complete" else 0)
 
 
