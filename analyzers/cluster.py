@@ -75,14 +75,12 @@ def _top_stall(v: dict) -> Optional[tuple[str, float]]:
 
 def _node(host: str, path: str, r: dict, ranks: dict) -> dict:
     v = r["verdict"]
-    win = max((v.get("training_window") or {}).get("end_s", 0)
-              - (v.get("training_window") or {}).get("start_s", 0), 0)
-    span = v.get("reading_span_s") or 0
+    tw = v.get("training_window") or {}
+    win = max((tw.get("end_s") or 0) - (tw.get("start_s") or 0), 0) or v.get("duration_s") or 0
     top = r["findings"][0] if r["findings"] else None
     return {"host": host, "trace": path, "status": v.get("status"),
             "read_bytes_per_s": v.get("read_bytes_per_s") or 0.0,
-            "write_bytes_per_s": (v.get("bytes_written", 0) / (span or win)) if (span or win)
-            else 0.0,
+            "write_bytes_per_s": v.get("bytes_written", 0) / win if win else 0.0,
             "bytes_read": v.get("bytes_read", 0), "bytes_written": v.get("bytes_written", 0),
             "accelerator_utilization": v.get("accelerator_utilization"),
             "data_wait_share": v.get("data_wait_share"),
