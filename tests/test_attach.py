@@ -51,3 +51,70 @@ def test_attach_mid_run(tmp_path):
         [(target.pid,)]
     assert rows(trace, "select before_trace from processes where pid = ?", target.pid) == \
         [(True,)]
+
+
+def _cgroup_dir(name: str):
+    """A new cgroup to put processes in: cgroup v2, else v1's pids hierarchy."""
+    from pathlib import Path
+    root = Path("/sys/fs/cgroup")
+    for base in (root, root / "pids", root / "unified"):
+        if (base / "cgroup.procs").exists():
+            try:
+                (base / name).mkdir(exist_ok=True)
+                return base / name
+            except OSError:
+                continue
+    return None
+
+
+def test_attach_every_process_tree_of_a_cgroup(tmp_path):
+    """Two jobs in one cgroup (a pod, a Slurm job) and one outside it:
+    `attach --cgroup` traces both jobs, their children, and not the third."""
+    import os
+    import pytest
+    cg = _cgroup_dir(f"iotrace-attach-{os.getpid()}")
+    if cg is None:
+        pytest.skip("no writable cgroup hierarchy")
+    jobs = {}
+    try:
+        for name in ("in1", "in2", "out"):
+            base = tmp_path / name
+            base.mkdir()
+            for f in ("early.bin", "late.bin", "child.bin"):
+                (base / f).write_bytes(b"z" * 1000)
+            p = subprocess.Popen([sys.executable, str(WORKLOADS / "attach_target.py"),
+                                  str(base)], stdout=subprocess.PIPE, text=True)
+            assert p.stdout.readline().strip() == "ready"
+            if name != "out":
+                (cg / "cgroup.procs").write_text(str(p.pid))
+            jobs[name] = (p, base)
+        out = tmp_path / "trace"
+        rel = str(cg.relative_to("/sys/fs/cgroup"))
+        tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--cgroup", rel, "-o", str(out)],
+                                  stderr=subprocess.PIPE, text=True)
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        for p, base in jobs.values():
+            (base / "go").touch()
+        assert all(p.wait(timeout=60) == 0 for p, _ in jobs.values())
+        assert tracer.wait(timeout=60) == 0, tracer.stderr.read()
+    finally:
+        for p, _ in jobs.values():
+            p.kill()
+        with __import__("contextlib").suppress(OSError):
+            cg.rmdir()
+    trace = iotrace.open_trace(out)
+    assert sorted(trace.meta["options"]["pids"]) == sorted(jobs[n][0].pid for n in ("in1", "in2"))
+    per_dir = dict(rows(trace, """select regexp_extract(f.path, '/(in1|in2|out)/', 1), count(*)
+                                  from events e join files f using (file_id)
+                                  where e.op in ('read', 'pread64') group by 1"""))
+    # each job: 6 early preads, 4 late reads, 3 reads by its forked child
+    assert per_dir == {"in1": 13, "in2": 13}
+
+
+def test_attach_needs_a_target(tmp_path):
+    res = subprocess.run([*IOTRACE, "attach", "-o", str(tmp_path / "t")],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "--cgroup" in res.stderr
+    res = subprocess.run([*IOTRACE, "attach", "--cgroup", "no/such/cgroup", "-o",
+                          str(tmp_path / "t")], capture_output=True, text=True)
+    assert res.returncode == 3 and "not a cgroup" in res.stderr

@@ -453,8 +453,13 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, wan
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("-p", "--pid", required=True, type=int, metavar="PID",
-              help="Process to trace, with all its threads and descendants.")
+@click.option("-p", "--pid", "pids", multiple=True, type=int, metavar="PID",
+              help="Process to trace, with all its threads and descendants (repeat for "
+                   "several).")
+@click.option("--cgroup", metavar="PATH",
+              help="Trace every process in this cgroup and the cgroups below it (a "
+                   "Kubernetes pod's, a Slurm job's), with their descendants: a path under "
+                   "/sys/fs/cgroup, absolute or relative to it.")
 @click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long (default: until Ctrl-C or the process tree exits).")
 @click.option("-o", "--output", "out", metavar="DIR",
@@ -465,7 +470,7 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, wan
 @ringbuf_option
 @verbs_lib_option
 @node_summary_option
-def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
+def attach(pids, cgroup, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
            no_node_summary) -> None:
     """Trace a running process and its present and future descendants.
 
@@ -475,12 +480,24 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
     attached get their paths from /proc.
 
     \b
-    Example:
+    Examples:
       sudo iotrace attach --pid $(pgrep -f train.py | head -1) --duration 60
+      sudo iotrace attach --cgroup kubepods.slice/kubepods-pod1234.slice -o SET/host=%h
     """
     check_can_trace()
-    if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
-        fail(f"no process with pid {pid}: check the pid (`ps -e`) and try again", EXIT_ENV)
+    if not pids and not cgroup:
+        fail("nothing to attach to: give --pid PID or --cgroup PATH")
+    for p in pids:
+        if p <= 0 or not os.path.exists(f"/proc/{p}"):
+            fail(f"no process with pid {p}: check the pid (`ps -e`) and try again", EXIT_ENV)
+    roots = list(dict.fromkeys(pids))
+    if cgroup:
+        from .procfs import cgroup_roots
+        roots += [p for p in cgroup_roots(cgroup) if p not in roots]
+    if len(roots) > 64:
+        fail(f"{len(roots)} separate process trees to attach to; at most 64: give the "
+             "cgroup of one job", EXIT_USAGE)
+    pid = roots[0]
     try:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
@@ -491,15 +508,15 @@ def attach(pid, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
         os.chown(outdir, user.uid, user.gid)
     args = recorder_tuning(ringbuf_mb, verbs_lib or (None if no_verbs else
                                                      mapped_verbs_library(pid)),
-                           no_verbs) + ["--pid", str(pid)]
+                           no_verbs) + [a for p in roots for a in ("--pid", str(p))]
     if duration:
         args += ["--duration", str(duration)]
     from .tracedir import base_meta
-    meta = base_meta(None, "attach", {"pid": pid, "duration_s": duration,
-                                      "ringbuf_mb": ringbuf_mb})
+    meta = base_meta(None, "attach", {"pid": pid, "pids": roots, "cgroup": cgroup,
+                                      "duration_s": duration, "ringbuf_mb": ringbuf_mb})
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
-                      run_mode=False, attach_pids=[pid],
+                      run_mode=False, attach_pids=roots,
                       owner=(user.uid, user.gid) if user else None)
 
     def on_stop(signum, frame):

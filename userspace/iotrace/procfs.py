@@ -61,6 +61,26 @@ def read_rank(p) -> None:
             setattr(p, attr, int(v))
 
 
+def cgroup_roots(path: str) -> list[int]:
+    """The processes of a cgroup and of the cgroups below it whose parent is
+    not among them: the roots of its process trees. Raises IotraceError."""
+    from .errors import EXIT_ENV, IotraceError
+    base = path if path.startswith("/") else os.path.join("/sys/fs/cgroup", path)
+    if not os.path.isfile(os.path.join(base, "cgroup.procs")):
+        raise IotraceError(f"{base} is not a cgroup (no cgroup.procs): give a directory "
+                           "under /sys/fs/cgroup (`cat /proc/PID/cgroup` names a process's)",
+                           EXIT_ENV)
+    pids: set[int] = set()
+    for d, _, names in os.walk(base):
+        if "cgroup.procs" in names:
+            raw = _read(os.path.join(d, "cgroup.procs")) or b""
+            pids.update(int(x) for x in raw.split())
+    if not pids:
+        raise IotraceError(f"the cgroup {base} has no processes: attach once the job runs",
+                           EXIT_ENV)
+    return sorted(p for p in pids if ppid_of(p) not in pids)
+
+
 def snapshot_process(model: Model, pid: int, ts: int) -> None:
     """Adds a process that already runs: cmdline, cwd, threads, open fds
     (regular files are registered so their paths are known)."""

@@ -124,8 +124,10 @@ class Session:
             self.model.procs[self.ready["pid"]].seen_before_trace = False
             self.model.procs[self.ready["pid"]].ppid = self.proc.pid
         else:
-            for pid in procfs.descendants(self.attach_pids[0]):
-                procfs.snapshot_process(self.model, pid, ts)
+            for root in self.attach_pids:
+                for pid in procfs.descendants(root):
+                    if pid not in self.model.procs:
+                        procfs.snapshot_process(self.model, pid, ts)
         self._snapshot()                      # readable from the start
 
     def _raise_start_error(self) -> None:
