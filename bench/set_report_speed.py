@@ -4,8 +4,10 @@ Records one real trace (a torch DataLoader training loop, tests/workloads/
 train_loader.py, 2 worker processes, over 256 sample files), then builds
 trace sets of 1, 8, 16 and 64 nodes from it: each node a copy with its own
 host name and its monotonic clock shifted (as after a different boot), so
-the set's clock alignment is exercised. Times the set's report (JSON) and,
-for up to 8 nodes, the set's Perfetto export, medians of --reps runs each,
+the set's clock alignment is exercised. Times the set's report (JSON) from
+the nodes' summaries (the default) and from their raw events (what a target
+or thresholds ask for: nodes analysed in parallel, one process per CPU), and,
+for up to 8 nodes, the set's Perfetto export; medians of --reps runs each,
 interleaved. Needs root (the recording).
 
     sudo .venv/bin/python bench/set_report_speed.py [--nodes 1,8,16,64] [--reps 3]
@@ -87,19 +89,23 @@ def main() -> None:
             times.setdefault(("report one trace", 1), []).append(
                 timed([*IOTRACE, "report", str(one), "--format", "json"]))
             for n in sizes:
-                times.setdefault(("report SET", n), []).append(
+                times.setdefault(("report SET (summaries)", n), []).append(
                     timed([*IOTRACE, "report", str(sets[n]), "--format", "json"]))
+                # a target makes every node's report read its raw events
+                times.setdefault(("report SET (raw events)", n), []).append(
+                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json",
+                           "--target-read", "1GB/s"]))
                 if n <= 8:
                     times.setdefault(("export --perfetto SET", n), []).append(
                         timed([*IOTRACE, "export", "--perfetto", str(sets[n]), "-o",
                                str(work / f"s{n}.pftrace")]))
         print(f"one node's trace: {meta['events']:,} events, "
               f"{meta['events_parquet_bytes'] / 1e6:.1f} MB of Parquet; "
-              f"medians of {a.reps} interleaved runs, engine DuckDB")
-        print(f"{'command':24} {'nodes':>5} {'events':>12} {'median s':>9} {'s per node':>10}")
+              f"medians of {a.reps} interleaved runs, engine DuckDB, {os.cpu_count()} CPUs")
+        print(f"{'command':26} {'nodes':>5} {'events':>12} {'median s':>9} {'s per node':>10}")
         for (what, n), xs in times.items():
             med = statistics.median(xs)
-            print(f"{what:24} {n:>5} {n * meta['events']:>12,} {med:>9.2f} {med / n:>10.2f}")
+            print(f"{what:26} {n:>5} {n * meta['events']:>12,} {med:>9.2f} {med / n:>10.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

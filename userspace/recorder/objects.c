@@ -275,12 +275,14 @@ static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
 	}
 	for (int i = 0; i < n; i++)
 		p[i].bpf = bpf_object__find_program_by_name(o->obj, p[i].prog);
+	const char *pre64 = getenv("IOTRACE_URING_PRE_6_4");
+	bool pre64_off = pre64 && !strcmp(pre64, "0");
+
 	if (!btf_has_tracepoint(vmlinux, "io_uring_submit_req") &&
-	    tp_arg_is_ptr(vmlinux, "io_uring_submit_sqe", 0, "io_kiocb") &&
-	    getenv("IOTRACE_URING_PRE_6_4")) {
-		/* Off by default: Debian's 6.1 hung under tests/test_vm.py with these
-		 * probes on (fio io_uring on an overlay file system, io-wq workers),
-		 * cause not found yet. The environment variable turns them on. */
+	    tp_arg_is_ptr(vmlinux, "io_uring_submit_sqe", 0, "io_kiocb") && !pre64_off) {
+		/* 6.0-6.3: the submission tracepoint is io_uring_submit_sqe.
+		 * IOTRACE_URING_PRE_6_4=0 turns these probes off (a guest stall
+		 * once seen under emulation was later seen without them too). */
 		struct bpf_program *old = bpf_object__find_program_by_name(o->obj,
 									  "iot_uring_submit_sqe");
 		bpf_program__set_autoload(p[0].bpf, false);
@@ -292,8 +294,8 @@ static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
 	}
 	if (!btf_has_tracepoint(vmlinux, p[0].tp) &&
 	    tp_arg_is_ptr(vmlinux, "io_uring_submit_sqe", 0, "io_kiocb"))
-		skip_probes(p, N_URING_PROBES, "off on kernels before 6.4 (a hang was seen on 6.1; "
-			    "IOTRACE_URING_PRE_6_4=1 turns them on); libaio is traced");
+		skip_probes(p, N_URING_PROBES, "turned off by IOTRACE_URING_PRE_6_4=0; "
+			    "libaio is traced");
 	else if (!btf_has_tracepoint(vmlinux, p[0].tp))
 		skip_probes(p, N_URING_PROBES, "this kernel has no io_uring_submit_req tracepoint "
 			    "(io_uring absent, or older than 6.0)");
