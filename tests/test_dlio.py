@@ -131,9 +131,11 @@ def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
         m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05", prefix=prefix)
     theirs = m["train_au_mean_percentage"] / 100
     assert v["status"] == "io-bound", v["summary"]
-    # 2.6 points apart when measured: iotrace's window takes in the first step's
-    # wait, which DLIO leaves out, and counts DLIO's own per-step work as compute
-    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.04), (theirs, v["summary"])
+    # iotrace's window takes in the first step's wait, which DLIO leaves out, and
+    # counts DLIO's own per-step work as compute: 2.6 points apart on one machine
+    # of this kind, 1.9-5.7 on another (the waits themselves agree within 1%,
+    # run_dlio checks them)
+    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.07), (theirs, v["summary"])
     assert max(v["stall"], key=v["stall"].get) == "fetch", v["stall"]
     # what the storage delivered while the data set was read: the throttle's rate;
     # DLIO's own figure divides by its steps' time, compute included, so it is lower

@@ -122,7 +122,9 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     assert [s["host"] for s in rep["stragglers"]] == [f"node{slow}"], rep["stragglers"]
     s = rep["stragglers"][0]
     assert s["cause"] == "fetch" and s["impact_s"] > 1.0 and s["rank"] == slow
-    assert nodes[f"node{slow}"]["data_wait_share"] > 0.5
+    # (62-66% alone on this machine, 32% once under the whole suite's load)
+    others = [n["data_wait_share"] for h, n in nodes.items() if h != f"node{slow}"]
+    assert nodes[f"node{slow}"]["data_wait_share"] > max(0.2, 3 * max(others))
     assert [[r["rank"] for r in nodes[f"node{i}"]["ranks"]] for i in range(NODES)] \
         == [[0], [1], [2]]
     assert rep["verdict"]["status"] == "io-bound" and rep["verdict"]["nodes"] == NODES
