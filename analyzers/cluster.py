@@ -25,8 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from iotrace.abi import READ_OPS, WRITE_OPS, sql_list
-from iotrace.nodesummary import RATES, SUMMARY_DIR, read_node_report
+from iotrace.nodesummary import RATES, SUMMARY_DIR, rates_sql, read_node_report
 from iotrace.trace import open_trace
 from iotrace.traceset import TraceSet
 
@@ -68,9 +67,10 @@ class SetReport:
                    key=severity_rank, default=None)
 
 
-def _top_stall(v: dict) -> Optional[tuple[str, float]]:
+def _top_stall(v: dict) -> Optional[str]:
+    """The stall cause with the largest share, None when there was none."""
     stall = {k: x for k, x in (v.get("stall") or {}).items() if x > 0}
-    return max(stall.items(), key=lambda kv: kv[1]) if stall else None
+    return max(stall, key=stall.get) if stall else None
 
 
 def _node(host: str, path: str, r: dict, ranks: dict) -> dict:
@@ -86,7 +86,7 @@ def _node(host: str, path: str, r: dict, ranks: dict) -> dict:
             "data_wait_share": v.get("data_wait_share"),
             "data_wait_s": (v.get("time_budget_s") or {}).get("data_wait", 0.0),
             "read_target_ratio": v.get("read_target_ratio"),
-            "stall_top": _top_stall(v)[0] if _top_stall(v) else None,
+            "stall_top": _top_stall(v),
             "ranks": [{"rank": ranks.get(str(lp["pid"])), "pid": lp["pid"], "tid": lp["tid"],
                        "thread": lp["thread"],
                        "data_wait_share": lp["data_wait_share"]} for lp in v.get("loops", [])],
@@ -122,24 +122,18 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
 
 
 def timeline(ts: TraceSet) -> list[dict]:
-    """Read and write bytes per second of the whole job on the common axis:
-    from the nodes' summaries (rates.parquet) when every node has one, else
-    from the raw events."""
-    rates = [m.path / SUMMARY_DIR / RATES for m in ts.members]
-    if all(p.exists() for p in rates):
-        parts = " union all ".join(
-            f"select '{m.host.replace(chr(39), chr(39) * 2)}' as host, "
-            f"second * 1000000000 + {int(ts.clock[m.host]['offset_ns'])} as wall_ns, "
-            f"read_bytes as r, write_bytes as w "
-            f"from read_parquet('{str(p).replace(chr(39), chr(39) * 2)}', "
-            f"hive_partitioning = false)"
-            for m, p in zip(ts.members, rates))
-        src = f"({parts})"
-    else:
-        src = f"""(select host, wall_ns, greatest(ret, 0) filter (where op in
-                          {sql_list(READ_OPS)}) as r,
-                          greatest(ret, 0) filter (where op in {sql_list(WRITE_OPS)}) as w
-                   from events where op in {sql_list(READ_OPS + WRITE_OPS)} and ret > 0)"""
+    """Read and write bytes per second of the whole job on the common axis,
+    from each node's summary (rates.parquet), or the same computed from its
+    raw events where it has none."""
+    parts = []
+    for i, m in enumerate(ts.members):
+        p = m.path / SUMMARY_DIR / RATES
+        src = (f"read_parquet('{str(p).replace(chr(39), chr(39) * 2)}', "
+               f"hive_partitioning = false)" if p.exists() else f"({rates_sql(f'm{i}_events')})")
+        parts.append(f"select '{m.host.replace(chr(39), chr(39) * 2)}' as host, "
+                     f"second * 1000000000 + {int(ts.clock[m.host]['offset_ns'])} as wall_ns, "
+                     f"read_bytes as r, write_bytes as w from {src}")
+    src = "(" + " union all ".join(parts) + ")"
     rows = ts.con.execute(f"""
         with io as {src}, t0 as (select min(wall_ns) as t0 from io)
         select ((wall_ns - t0) // 1000000000)::int as s, host, sum(r) as r, sum(w) as w

@@ -30,12 +30,11 @@ from __future__ import annotations
 from iotrace.abi import READ_OPS, sql_list
 
 from .base import Context, Finding, Rule
+from .random_access import LAG   # a read's place in its stream (pid, fd, file)
 from .rates import human_bytes
 
-PER_FILE = """
-    with s as (select file_id, path, off, nbytes, cache_added, dur_ns,
-                      lag(off + nbytes) over (partition by pid, fd, file_id order by ts_ns)
-                          as prev_end
+PER_FILE = f"""
+    with s as (select file_id, path, off, nbytes, cache_added, dur_ns, {LAG}
                from data_io where dir = 'read' and nbytes > 0),
     r as (select file_id, any_value(path) as path, 'system calls' as iface, count(*) as n,
                  count(prev_end) as n_after,

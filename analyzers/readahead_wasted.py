@@ -42,21 +42,21 @@ PER_FILE = f"""
     m as (select file_id, any_value(path) as path, sum(brought) as brought,
                  count(*) as faults, count(*) filter (where major) as majors
           from data_faults group by file_id),
-    ids as (select file_id from r union select file_id from a union select file_id from m)
+    ids as (select file_id from r union select file_id from a union select file_id from m),
+    f as (
     select ids.file_id, coalesce(r.path, a.path, m.path) as path,
            coalesce(r.brought, 0) + coalesce(c.brought, 0) + coalesce(m.brought, 0) as brought,
            coalesce(r.used, 0) + coalesce(a.used, 0) + coalesce(m.faults, 0) * ? as used,
            coalesce(r.n, 0) + coalesce(a.n, 0) as reads, coalesce(m.faults, 0) as faults,
            coalesce(m.majors, 0) as majors, coalesce(m.brought, 0) as fault_brought
     from ids left join r using (file_id) left join a using (file_id)
-         left join c using (file_id) left join m using (file_id)
-    order by coalesce(r.brought, 0) + coalesce(c.brought, 0) + coalesce(m.brought, 0)
-             - coalesce(r.used, 0) - coalesce(a.used, 0) - coalesce(m.faults, 0) * ? desc"""
+         left join c using (file_id) left join m using (file_id))
+    select * from f order by brought - used desc"""
 
 
 def run(ctx: Context) -> list[Finding]:
     th = ctx.th("readahead-wasted")
-    rows = [r for r in ctx.rows(PER_FILE, *[int(th["fault_window_bytes"])] * 2) if r[2] > r[3]]
+    rows = [r for r in ctx.rows(PER_FILE, int(th["fault_window_bytes"])) if r[2] > r[3]]
     brought = sum(r[2] for r in rows)
     wasted = sum(r[2] - r[3] for r in rows)
     if not brought or wasted < th["min_wasted_bytes"] or wasted / brought < th["min_wasted_share"]:

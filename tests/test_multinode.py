@@ -147,14 +147,11 @@ print(now)
 """
 
 
-def test_clock_offset_put_back_within_the_bound(tmp_path):
-    """Two hosts (UTS namespaces) trace at once; each job makes a marker call
-    at the same wall-clock instant and prints its realtime. The second trace's
-    monotonic clock is then shifted by 12345.678 s (another boot). On the set's
-    axis, the two markers land as far apart as the jobs' own realtimes say,
-    within the pairs' stated error."""
+def traced_marks(tset) -> dict[str, int]:
+    """Two hosts, ha and hb (UTS namespaces), each tracing a job into
+    tset/host=NAME that makes its marker call at the same wall-clock instant,
+    4 s from now; returns each job's own realtime at its marker."""
     start = __import__("time").time() + 4
-    tset = tmp_path / "set"
     procs = [subprocess.Popen(
         ["unshare", "--uts", "--", "sh", "-c", f'hostname {h} && exec "$@"', "sh",
          *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--",
@@ -162,7 +159,17 @@ def test_clock_offset_put_back_within_the_bound(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in ("ha", "hb")]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    real = {h: int(o.strip().splitlines()[-1]) for h, (o, _) in zip(("ha", "hb"), outs)}
+    return {h: int(o.strip().splitlines()[-1]) for h, (o, _) in zip(("ha", "hb"), outs)}
+
+
+def test_clock_offset_put_back_within_the_bound(tmp_path):
+    """Two hosts (UTS namespaces) trace at once; each job makes a marker call
+    at the same wall-clock instant and prints its realtime. The second trace's
+    monotonic clock is then shifted by 12345.678 s (another boot). On the set's
+    axis, the two markers land as far apart as the jobs' own realtimes say,
+    within the pairs' stated error."""
+    tset = tmp_path / "set"
+    real = traced_marks(tset)
 
     shift = 12_345_678_000_000
     b = tset / "host=hb"
@@ -199,14 +206,8 @@ def test_set_timeline_one_process_group_per_host(tmp_path):
     on the timeline as on the set's axis."""
     pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
     from test_perfetto import check, decode
-    start = __import__("time").time() + 3
     tset = tmp_path / "set"
-    procs = [subprocess.Popen(
-        ["unshare", "--uts", "--", "sh", "-c", f'hostname {h} && exec "$@"', "sh",
-         *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--",
-         sys.executable, "-c", MARK, str(start), h],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in ("ha", "hb")]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    traced_marks(tset)
     out = tmp_path / "set.pftrace"
     res = iotrace_cmd("export", "--perfetto", str(tset), "-o", str(out))
     assert res.returncode == 0, res.stderr
@@ -221,3 +222,16 @@ def test_set_timeline_one_process_group_per_host(tmp_path):
     wall = dict(ts.sql("""select host, wall_ns from events
                           where path like '/iotrace-clock-mark-%'""").fetchall())
     assert marks["hb"] - marks["ha"] == wall["hb"] - wall["ha"]
+    # the set's report from the nodes' summaries and, with them removed, from
+    # the raw events: the same per-node bytes and the same timeline
+    res = iotrace_cmd("report", str(tset), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    summed = json.loads(res.stdout)
+    for d in tset.iterdir():
+        shutil.rmtree(d / "summary")
+    res = iotrace_cmd("report", str(tset), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    raw = json.loads(res.stdout)
+    assert set(raw["node_report_sources"].values()) == {"events"}
+    assert [n["bytes_read"] for n in raw["nodes"]] == [n["bytes_read"] for n in summed["nodes"]]
+    assert raw["timeline"] == summed["timeline"]

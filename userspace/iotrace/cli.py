@@ -254,46 +254,54 @@ def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
     return lo, min(hi, 1e7)
 
 
+def _report_console(output, width: int) -> Console:
+    """The text report's console: the terminal, or the file --output names."""
+    if output:
+        return Console(file=open(output, "w"), width=width, force_terminal=False)
+    return Console(highlight=False, width=min(out_console.width, width))
+
+
+def _deliver(text: str, output) -> None:
+    if output:
+        Path(output).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _fail_on_status(worst, fail_on) -> int:
+    """1 when a finding of --fail-on's severity or worse exists, else 0."""
+    from .analyzers.base import severity_rank
+    return 1 if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on) else 0
+
+
 def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
                 verbose=False) -> int:
     """Builds and writes the report; returns the --fail-on exit status."""
-    from .analyzers.base import severity_rank
     from .analyzers.report import build_report
     from .traceset import is_trace_set
     if is_trace_set(trace_dir):
         return emit_set_report(trace_dir, targets, config, fmt, output, fail_on, window)
     report = build_report(open_trace(trace_dir), targets, config, window_s=parse_window(window))
     if fmt == "text":
-        console = Console(highlight=False, width=min(out_console.width, 100))
-        if output:
-            console = Console(file=open(output, "w"), width=100, force_terminal=False)
         from .viewers.text import render_text
-        render_text(report, console, verbose=verbose)
+        render_text(report, _report_console(output, 100), verbose=verbose)
+    elif fmt == "json":
+        from .viewers.jsonout import render_json
+        _deliver(render_json(report), output)
+    elif fmt == "md":
+        from .viewers.markdown import render_markdown
+        _deliver(render_markdown(report), output)
     else:
-        if fmt == "json":
-            from .viewers.jsonout import render_json
-            text = render_json(report)
-        elif fmt == "md":
-            from .viewers.markdown import render_markdown
-            text = render_markdown(report)
-        else:
-            from .viewers.html import render_html
-            text = render_html(report, open_trace(trace_dir))
-        if output:
-            Path(output).write_text(text)
-        else:
-            sys.stdout.write(text)
+        from .viewers.html import render_html
+        _deliver(render_html(report, open_trace(trace_dir)), output)
     if output:
         say(f"report written to {output}")
-    worst = report.worst()
-    if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on):
-        return 1
-    return 0
+    return _fail_on_status(report.worst(), fail_on)
 
 
 def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window) -> int:
     """The report of a trace set (one trace per node): per node, stragglers, the job."""
-    from .analyzers.base import severity_rank
+    from .analyzers.base import Targets
     from .analyzers.cluster import build_set_report
     from .traceset import open_trace_set
     if window:
@@ -301,28 +309,20 @@ def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window) -> i
     if fmt not in ("text", "json"):
         fail(f"--format {fmt} is for one trace; a trace set's report is text or json")
     ts = open_trace_set(set_dir)
-    quiet = not sys.stderr.isatty()
-    rep = build_set_report(ts, targets, config, progress=None if quiet else (
+    why = ("targets or thresholds given" if targets != Targets() or config
+           else "no node summary")
+    rep = build_set_report(ts, targets, config, progress=None if not sys.stderr.isatty() else (
         lambda todo, n: err_console.print(
-            f"[dim]analysing the raw events of {todo} of {n} nodes "
-            f"({'targets or thresholds given' if todo == n else 'no node summary'})[/dim]")))
+            f"[dim]analysing the raw events of {todo} of {n} nodes ({why})[/dim]")))
     if fmt == "text":
-        console = Console(highlight=False, width=min(out_console.width, 110))
-        if output:
-            console = Console(file=open(output, "w"), width=110, force_terminal=False)
         from .viewers.set_text import render_set_text
-        render_set_text(rep, console)
+        render_set_text(rep, _report_console(output, 110))
     else:
         from .viewers.jsonout import render_json
-        text = render_json(rep)
-        if output:
-            Path(output).write_text(text)
-        else:
-            sys.stdout.write(text)
+        _deliver(render_json(rep), output)
     if output:
         say(f"report written to {output}")
-    worst = rep.worst()
-    return 1 if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on) else 0
+    return _fail_on_status(rep.worst(), fail_on)
 
 
 def _power_of_two(ctx, param, value: int) -> int:

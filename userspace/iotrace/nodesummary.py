@@ -26,6 +26,22 @@ NODE_REPORT = "node_report.json"
 RATES = "rates.parquet"
 
 
+def rates_sql(events: str = "events") -> str:
+    """Per second (of the trace's monotonic clock) and process: bytes and
+    calls read and written. What rates.parquet holds, and what the report of
+    a set computes from the raw events of a node without a summary."""
+    return f"""
+        select (ts_ns // 1000000000)::bigint as second, pid,
+               coalesce(sum(greatest(ret, 0)) filter (where op in {READ_OPS_SQL}), 0)
+                   as read_bytes,
+               coalesce(sum(greatest(ret, 0)) filter (where op in {WRITE_OPS_SQL}), 0)
+                   as write_bytes,
+               count(*) filter (where op in {READ_OPS_SQL}) as reads,
+               count(*) filter (where op in {WRITE_OPS_SQL}) as writes
+        from {events} where op in {READ_OPS_SQL} or op in {WRITE_OPS_SQL}
+        group by all order by 1, 2"""
+
+
 def node_report_dict(trace) -> dict:
     """The node's report with default targets, and its processes' ranks."""
     from .analyzers.base import Targets
@@ -45,17 +61,8 @@ def write_node_summary(out: Path) -> Optional[str]:
         d = out / SUMMARY_DIR
         d.mkdir(exist_ok=True)
         q = str(d / RATES).replace("'", "''")
-        trace.con.execute(f"""copy (
-            select (ts_ns // 1000000000)::bigint as second, pid,
-                   coalesce(sum(greatest(ret, 0)) filter (where op in {READ_OPS_SQL}), 0)
-                       as read_bytes,
-                   coalesce(sum(greatest(ret, 0)) filter (where op in {WRITE_OPS_SQL}), 0)
-                       as write_bytes,
-                   count(*) filter (where op in {READ_OPS_SQL}) as reads,
-                   count(*) filter (where op in {WRITE_OPS_SQL}) as writes
-            from events where op in {READ_OPS_SQL} or op in {WRITE_OPS_SQL}
-            group by all order by 1, 2) to '{q}' (format parquet)""")
-        rep = node_report_dict(open_trace(out))
+        trace.con.execute(f"copy ({rates_sql()}) to '{q}' (format parquet)")
+        rep = node_report_dict(trace)
         (d / NODE_REPORT).write_text(json.dumps(rep))
         return None
     except Exception as e:  # noqa: BLE001 - the trace itself is written; say what is missing
