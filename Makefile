@@ -11,9 +11,10 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config g
 	fio strace bpftrace python3-venv
 # What only the tests need: headless Chromium for the HTML report; QEMU, Debian's
 # 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests; Open MPI
-# for DLIO (the MLPerf Storage benchmark) whose own AU the verdict is checked against.
+# for DLIO (the MLPerf Storage benchmark) whose own AU the verdict is checked against;
+# a Java runtime for Spark (the report on `--engine spark` is checked against DuckDB's).
 TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server \
-	libibverbs-dev ibverbs-providers iproute2 libopenmpi-dev openmpi-bin
+	libibverbs-dev ibverbs-providers iproute2 libopenmpi-dev openmpi-bin openjdk-17-jre-headless
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
@@ -37,7 +38,7 @@ deps:
 # The tests also trace real h5py and PyTorch (CPU) workloads: torch's wheels
 # are large (~3.5 GB with their CUDA dependencies), so only `make test` installs them.
 $(VENV)/.workloads: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[test,workloads,vm]'
+	$(VENV)/bin/pip install -q -e '.[test,workloads,vm,spark]'
 	touch $@
 
 # DLIO with its PyTorch loader only (no TensorFlow/DALI): see tests/dlio/install.sh.

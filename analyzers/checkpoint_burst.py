@@ -78,7 +78,8 @@ s2 as (select file_id, sess, sum(case when prev_e is null or s - prev_e >= $merg
                                       then 1 else 0 end)
                                over (order by s, e rows unbounded preceding) as burst
        from s1)
-select c2.* exclude (prev_end, sess), s2.burst
+select c2.ts_ns, c2.dur_ns, c2.end_ns, c2.pid, c2.tid, c2.file_id, c2.kind, c2.nbytes,
+       s2.burst
 from c2 join s2 using (file_id, sess)"""
 
 BURSTS_SQL = """

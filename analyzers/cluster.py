@@ -25,8 +25,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
+from iotrace.engine import DUCKDB, Engine
 from iotrace.nodesummary import RATES, SUMMARY_DIR, rates_sql, read_node_report
-from iotrace.trace import open_trace
 from iotrace.traceset import TraceSet
 
 from .base import Targets
@@ -49,6 +49,7 @@ class SetReport:
     clock: dict
     reports: dict[str, dict] = field(default_factory=dict)   # each node's report (JSON)
     sources: dict[str, str] = field(default_factory=dict)    # "summary" or "events"
+    engine: str = "duckdb"
 
     def to_dict(self) -> dict:
         return {"schema": SET_SCHEMA, "trace_set": self.root,
@@ -59,7 +60,8 @@ class SetReport:
                             "per": "node"},
                 "verdict": self.verdict, "nodes": self.nodes, "stragglers": self.stragglers,
                 "timeline": self.timeline, "clock": self.clock,
-                "node_report_sources": self.sources, "node_reports": self.reports}
+                "node_report_sources": self.sources, "engine": self.engine,
+                "node_reports": self.reports}
 
     def worst(self) -> Optional[str]:
         from .base import severity_rank
@@ -121,20 +123,26 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
     return out
 
 
-def timeline(ts: TraceSet) -> list[dict]:
+def timeline(ts: TraceSet, engine: Engine = DUCKDB) -> list[dict]:
     """Read and write bytes per second of the whole job on the common axis,
     from each node's summary (rates.parquet), or the same computed from its
     raw events where it has none."""
+    con = ts.con if engine == DUCKDB else engine.connect()
     parts = []
     for i, m in enumerate(ts.members):
         p = m.path / SUMMARY_DIR / RATES
-        src = (f"read_parquet('{str(p).replace(chr(39), chr(39) * 2)}', "
-               f"hive_partitioning = false)" if p.exists() else f"({rates_sql(f'm{i}_events')})")
+        if p.exists():
+            engine.parquet_view(con, f"m{i}_rates", p)
+            src = f"m{i}_rates"
+        else:
+            if engine != DUCKDB:            # the set's DuckDB has these already
+                engine.trace_views(con, m.path, prefix=f"m{i}_")
+            src = f"({rates_sql(f'm{i}_events')})"
         parts.append(f"select '{m.host.replace(chr(39), chr(39) * 2)}' as host, "
                      f"second * 1000000000 + {int(ts.clock[m.host]['offset_ns'])} as wall_ns, "
                      f"read_bytes as r, write_bytes as w from {src}")
     src = "(" + " union all ".join(parts) + ")"
-    rows = ts.con.execute(f"""
+    rows = con.execute(f"""
         with io as {src}, t0 as (select min(wall_ns) as t0 from io)
         select ((wall_ns - t0) // 1000000000)::int as s, host, sum(r) as r, sum(w) as w
         from io, t0 group by all order by 1, 2""").fetchall()
@@ -184,33 +192,43 @@ def job_verdict(nodes: list[dict], strag: list[dict], targets: Targets) -> dict:
     return v
 
 
-def node_report(path: str, targets: Targets, thresholds_path: Optional[str]) -> dict:
-    """One node's report from its raw events, as JSON (run in a worker process)."""
-    trace = open_trace(path)
-    d = build_report(trace, targets, thresholds_path).to_dict()
-    d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
-        "select pid, rank from processes where rank is not null").fetchall()}
+def node_report(path: str, targets: Targets, thresholds_path: Optional[str],
+                engine: Engine = DUCKDB) -> dict:
+    """One node's report from its raw events, as JSON (run in a worker)."""
+    trace = engine.open_trace(path)
+    try:
+        d = build_report(trace, targets, thresholds_path).to_dict()
+        d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
+            "select pid, rank from processes where rank is not null").fetchall()}
+    finally:
+        trace.con.close()
     return d
 
 
 def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[str] = None,
-                     progress=None, jobs: Optional[int] = None) -> SetReport:
-    """Nodes' reports run in `jobs` processes (default: the CPUs, at most
-    the nodes): each is a DuckDB of its own over its own files."""
+                     progress=None, jobs: Optional[int] = None, engine: Engine = DUCKDB,
+                     from_events: bool = False) -> SetReport:
+    """Nodes' reports run `jobs` at a time (default: the CPUs, at most the
+    nodes). On DuckDB each is a process with a DuckDB of its own over its
+    own files; on Spark each is a thread with a Spark session of its own
+    (one SparkContext: the cluster runs the nodes' queries side by side)."""
     reports: dict[str, dict] = {}
     sources: dict[str, str] = {}
     # a node's own summary serves when the report asks what it answered
-    if targets == Targets() and thresholds_path is None:
+    if targets == Targets() and thresholds_path is None and not from_events:
         for m in ts.members:
             d = read_node_report(m.path, m.meta)
             if d is not None:
                 reports[m.host], sources[m.host] = d, "summary"
     todo = [m for m in ts.members if m.host not in reports]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-    args = [(str(m.path), targets, thresholds_path) for m in todo]
+    args = [(str(m.path), targets, thresholds_path, engine) for m in todo]
     if progress and todo:
         progress(len(todo), len(ts.members))
-    if jobs > 1:
+    if engine.name == "spark":
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            results = list(pool.map(node_report, *zip(*args))) if args else []
+    elif jobs > 1:
         ctx = multiprocessing.get_context("spawn")   # no DuckDB state forked
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
             results = list(pool.map(node_report, *zip(*args)))
@@ -227,4 +245,4 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
                                 if all(c["error_bound_ns"] is not None for c in ts.clock.values())
                                 else None)}
     return SetReport(str(ts.root), targets, job_verdict(nodes, strag, targets), nodes, strag,
-                     timeline(ts), clock, reports, sources)
+                     timeline(ts, engine), clock, reports, sources, engine.name)

@@ -112,15 +112,20 @@ def timeline(ctx: Context, gap_ns: int) -> Timeline:
         with x as (select s as t, 1 as d from {READS}
                    union all select e as t, -1 as d from {READS}),
         w as (select t, sum(d) over (order by t, d rows unbounded preceding) as c,
-                     case when d = -1 then lead(t) over (order by t, d) - t end as gap from x)
-        select coalesce(max(c), 0), count(*) filter (where c = 0 and gap > {gap_ns}),
-               coalesce(max(gap) filter (where c = 0 and gap > {gap_ns}), 0),
-               coalesce(sum(gap) filter (where c = 0 and gap > {gap_ns}), 0),
-               coalesce(max_by({{'t': t, 'gap': gap}}, (gap, -t), 3)
-                        filter (where c = 0 and gap > {gap_ns}), [])
-        from w""")
+                     case when d = -1 then lead(t) over (order by t, d) - t end as gap from x),
+        g as (select *, c = 0 and gap > {gap_ns} as idle from w),
+        r as (select *, row_number() over (order by case when idle then gap end desc nulls last,
+                                                    t) as n from g)
+        select coalesce(max(c), 0), count(*) filter (where idle),
+               coalesce(max(gap) filter (where idle), 0),
+               coalesce(sum(gap) filter (where idle), 0),
+               list({{'t': t, 'gap': gap}}) filter (where idle and n <= 3)
+        from r""")
     read_ns, first, last = ctx.one(f"select sum(dur_ns), min(s), max(e) from {READS}")
-    return Timeline(swept[0], read_ns, first, last, *swept[1:])
+    # the three longest gaps, longest first (an aggregate's list has no order
+    # in every engine: sorted here)
+    top = sorted(swept[4] or [], key=lambda g: (-g["gap"], g["t"]))
+    return Timeline(swept[0], read_ns, first, last, *swept[1:4], top)
 
 
 def describe(kind: str, ws: list[Worker], slow: Worker | None, big: Worker | None,

@@ -167,10 +167,14 @@ def read_concurrency(ctx: Context, pid: int, tids) -> tuple[int, int]:
 
 def lineage(pid: int) -> str:
     """SQL: the process and its ancestors (forked workers inherit loaded libraries)."""
-    return f"""with recursive anc(pid) as (
-                   select {pid}::integer
-                   union select p.ppid from processes p join anc on p.pid = anc.pid
-                   where p.ppid > 0)"""
+    # UNION ALL with a depth bound, not UNION: Spark's recursive CTEs take
+    # only the former, and the bound ends a cycle that reused pids could make
+    return f"""with recursive anc(pid, depth) as (
+                   select {pid}::integer, 0
+                   union all
+                   select p.ppid, anc.depth + 1
+                   from (select distinct pid, ppid from processes) p join anc on p.pid = anc.pid
+                   where p.ppid > 0 and anc.depth < 32)"""
 
 
 def uses_hdf5(ctx: Context, pid: int, reader_tids) -> bool:

@@ -101,20 +101,31 @@ with by_call as (
            arg_max(ts_ns, dur_ns) as max_ts
     from metadata_storm_events where path is not null or file_id >= 0
     group by all),
-opened as (select pid, fd as ofd, ts_ns as ots, path as opath from events
-           where op in {sql_list(OPENS)} and ret >= 0 and fd_kind = 'dir'),
+-- a directory fd's calls without a path take the path of the fd's latest
+-- open before them (an as-of match, written as a window for every engine)
+fd_calls as (
+    select pid, fd, ts_ns, 0 as k, path as opath, null::varchar as op,
+           null::varchar as fd_kind, null::bigint as file_id, null::bigint as dur_ns
+    from events where op in {sql_list(OPENS)} and ret >= 0 and fd_kind = 'dir'
+    union all
+    select pid, fd, ts_ns, 1 as k, null::varchar, op, fd_kind, file_id, dur_ns
+    from metadata_storm_events
+    where op in ('getdents64', 'close') and fd_kind = 'dir' and path is null),
 pathless as (
-    select e.op, e.fd_kind, false as empty_path, o.opath as path, e.file_id,
-           count(*) as n, sum(e.dur_ns) as ns, max(e.dur_ns) as max_ns,
-           arg_max(e.ts_ns, e.dur_ns) as max_ts
-    from (select * from metadata_storm_events where op in ('getdents64', 'close')
-                                 and fd_kind = 'dir' and path is null) e
-    asof left join opened o on e.pid = o.pid and e.fd = o.ofd and e.ts_ns >= o.ots
+    select op, fd_kind, false as empty_path, last_open as path, file_id,
+           count(*) as n, sum(dur_ns) as ns, max(dur_ns) as max_ns,
+           arg_max(ts_ns, dur_ns) as max_ts
+    from (select op, fd_kind, file_id, ts_ns, dur_ns, k,
+                 last_value(opath ignore nulls) over (
+                     partition by pid, fd order by ts_ns, k rows unbounded preceding)
+                     as last_open
+          from fd_calls)
+    where k = 1
     group by all),
 k as materialized (
-    select {KIND} as kind, * exclude (op, empty_path),
-           kind in ('listing', 'getdents') or fd_kind = 'dir' as on_dir
-    from (select * from by_call union all by name select * from pathless)
+    select *, kind in ('listing', 'getdents') or fd_kind = 'dir' as on_dir
+    from (select {KIND} as kind, fd_kind, path, file_id, n, ns, max_ns, max_ts
+          from (select * from by_call union all select * from pathless))
     where kind is not null),
 file_dirs as materialized (
     select file_id, path, {DIRNAME} as dir from files

@@ -231,9 +231,20 @@ def misaligned_direct(ctx: Context, th: dict) -> list[Finding]:
         with o as (select pid, ret as fd, ts_ns, flags from events
                    where op in {OPENS} and ret >= 0),
         dfd as (select distinct pid, fd from o where (flags & ?) <> 0),
-        d as (select i.* from (select * from io where (pid, fd) in (select * from dfd)) i
-              asof join o on i.pid = o.pid and i.fd = o.fd and i.ts_ns >= o.ts_ns
-              where (o.flags & ?) <> 0),
+        -- each call takes the flags of its fd's latest open before it (an
+        -- as-of match, written as a window for every engine)
+        s as (select pid, fd, ts_ns, 0 as k, flags as oflags, null::bigint as off,
+                      null::bigint as req_bytes, null::bigint as ret, null::bigint as file_id,
+                      null::varchar as path
+              from o where (pid, fd) in (select pid, fd from dfd)
+              union all
+              select pid, fd, ts_ns, 1 as k, null::bigint, off, req_bytes, ret, file_id, path
+              from io where (pid, fd) in (select pid, fd from dfd)),
+        d as (select * from (
+                  select *, last_value(oflags ignore nulls) over (
+                      partition by pid, fd order by ts_ns, k rows unbounded preceding)
+                      as open_flags from s)
+              where k = 1 and (open_flags & ?) <> 0),
         m as (select *, off % ? <> 0 or req_bytes % ? <> 0 as bad from d)
         select file_id, any_value(path), count(*) as calls,
                count(*) filter (where bad) as misaligned,

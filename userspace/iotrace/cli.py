@@ -26,6 +26,7 @@ from .outpath import expand as expand_out
 from .privileges import can_trace, chown_tree, invoking_user, job_env
 from .session import Progress, Session
 from .summary import print_summary, summary_json
+from .engine import DUCKDB, ENGINES, Engine
 from .trace import open_trace
 
 def _console(stderr: bool) -> Console:
@@ -275,13 +276,17 @@ def _fail_on_status(worst, fail_on) -> int:
 
 
 def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
-                verbose=False) -> int:
+                verbose=False, engine: Engine = DUCKDB, from_events=False) -> int:
     """Builds and writes the report; returns the --fail-on exit status."""
     from .analyzers.report import build_report
     from .traceset import is_trace_set
     if is_trace_set(trace_dir):
-        return emit_set_report(trace_dir, targets, config, fmt, output, fail_on, window)
-    report = build_report(open_trace(trace_dir), targets, config, window_s=parse_window(window))
+        return emit_set_report(trace_dir, targets, config, fmt, output, fail_on, window,
+                               engine, from_events)
+    if from_events:
+        fail("--from-events is for a trace set (a directory of host=NAME traces)")
+    report = build_report(engine.open_trace(trace_dir), targets, config,
+                          window_s=parse_window(window))
     if fmt == "text":
         from .viewers.text import render_text
         render_text(report, _report_console(output, 100), verbose=verbose)
@@ -299,7 +304,8 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
     return _fail_on_status(report.worst(), fail_on)
 
 
-def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window) -> int:
+def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window,
+                    engine: Engine = DUCKDB, from_events=False) -> int:
     """The report of a trace set (one trace per node): per node, stragglers, the job."""
     from .analyzers.base import Targets
     from .analyzers.cluster import build_set_report
@@ -309,11 +315,13 @@ def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window) -> i
     if fmt not in ("text", "json"):
         fail(f"--format {fmt} is for one trace; a trace set's report is text or json")
     ts = open_trace_set(set_dir)
-    why = ("targets or thresholds given" if targets != Targets() or config
+    why = ("--from-events" if from_events else
+           "targets or thresholds given" if targets != Targets() or config
            else "no node summary")
     rep = build_set_report(ts, targets, config, progress=None if not sys.stderr.isatty() else (
         lambda todo, n: err_console.print(
-            f"[dim]analysing the raw events of {todo} of {n} nodes ({why})[/dim]")))
+            f"[dim]analysing the raw events of {todo} of {n} nodes ({why}) on "
+            f"{engine.name}[/dim]")), engine=engine, from_events=from_events)
     if fmt == "text":
         from .viewers.set_text import render_set_text
         render_set_text(rep, _report_console(output, 110))
@@ -545,8 +553,18 @@ def attach(pids, cgroup, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_
                    "e.g. 30:330 or 30:), instead of the detected training window.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Text format: show every finding's evidence, files and processes.")
+@click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
+              help="Query engine of the analysis: duckdb (in this process, out of core) or "
+                   "spark (Apache Spark through PySpark: pip install 'iotrace[spark]' and a "
+                   "Java 17+ runtime), for trace sets bigger than one machine. Both run the "
+                   "same rules and give the same report (docs/multinode.md).")
+@click.option("--spark-master", metavar="URL", default="local[*]", show_default=True,
+              help="--engine spark: the Spark master, e.g. spark://head:7077 or yarn.")
+@click.option("--from-events", is_flag=True,
+              help="A trace set: analyse every node's raw events, not the node summaries "
+                   "written at the end of each trace.")
 def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on,
-           window, verbose):
+           window, verbose, engine, spark_master, from_events):
     """Say whether the training loop waits for data, why, and what to change.
 
     \b
@@ -566,9 +584,14 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
       iotrace report mytrace --gpus 8 --per-gpu 1GiB/s
       iotrace report mytrace --format html -o report.html
       iotrace report mytrace --format json --fail-on high   # for CI
+      iotrace report SET                     # a trace set: one trace per node
+      iotrace report SET --engine spark --spark-master spark://head:7077
     """
     targets = targets_from(target_read, target_write, gpus, per_gpu)
-    sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose))
+    if spark_master != "local[*]" and engine != "spark":
+        fail("--spark-master is for --engine spark")
+    sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose,
+                         Engine(engine, spark_master), from_events))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -1,0 +1,120 @@
+"""The report on both engines: DuckDB and Apache Spark (local mode, a JVM
+from Debian) give the same report of the same trace set, field for field.
+
+The set holds real traces of programs that make the rules fire: fio random
+4 KiB reads (random access, small reads), fio reading a file four times
+(redundant I/O), a naive small-file data set (metadata storm), numpy
+checkpoints with fsync (checkpoint burst), threads on one mutex (lock
+contention) and a training loop fed by reader threads (the verdict).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import WORKLOADS, iotrace_cmd, needs_root, trace_run
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install '.[spark]')")
+if shutil.which("java") is None:
+    pytest.skip("no Java runtime for Spark", allow_module_level=True)
+
+MiB = 1 << 20
+pytestmark = needs_root()
+
+
+def diff(a, b, path=""):
+    """Where two JSON values differ: numbers within 1e-9 (relative) are equal."""
+    out = []
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            out += diff(a.get(k, "<missing>"), b.get(k, "<missing>"), f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{path}: {len(a)} vs {len(b)} items")
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += diff(x, y, f"{path}[{i}]")
+    elif isinstance(a, (int, float)) and isinstance(b, (int, float)) \
+            and not isinstance(a, bool) and not isinstance(b, bool):
+        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9):
+            out.append(f"{path}: {a!r} vs {b!r}")
+    elif a != b:
+        out.append(f"{path}: {str(a)[:200]!r} vs {str(b)[:200]!r}")
+    return out
+
+
+def record(tmp: Path, host: str, *command: str) -> Path:
+    out = tmp / "set" / f"host={host}"
+    proc, trace = trace_run(out, *command)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert trace.meta["drops"] == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def trace_set(tmp_path_factory, lockwait_run):
+    tmp = tmp_path_factory.mktemp("engines")
+    data = tmp / "data.bin"
+    data.write_bytes(b"\x01" * (32 * MiB))
+    record(tmp, "fio-rand", "fio", "--name=r", f"--filename={data}", "--rw=randread",
+           "--bs=4k", "--io_size=8M", "--size=32M", "--ioengine=psync",
+           f"--output={tmp / 'r.json'}")
+    record(tmp, "fio-reread", "fio", "--name=s", f"--filename={data}", "--rw=read",
+           "--bs=1M", "--size=32M", "--loops=4", "--ioengine=psync",
+           f"--output={tmp / 's.json'}")
+    small = tmp / "small"
+    subprocess.run([sys.executable, str(WORKLOADS / "mc_small_files.py"), "make", str(small),
+                    "5000"], check=True)
+    record(tmp, "small-files", sys.executable, str(WORKLOADS / "mc_small_files.py"), "read",
+           str(small))
+    ck = tmp / "ckpt"
+    ck.mkdir()
+    record(tmp, "ckpt", sys.executable, str(WORKLOADS / "mc_checkpoint.py"), "numpy", str(ck),
+           "3", "15", "0.1")
+    samples = tmp / "samples"
+    samples.mkdir()
+    for i in range(24):
+        (samples / f"sample_{i:03d}.bin").write_bytes(bytes([i]) * MiB)
+    record(tmp, "loader", sys.executable, str(WORKLOADS / "train_loader.py"), str(samples),
+           str(tmp / "truth.json"), "--loader", "threads", "--workers", "2", "--prep", "0.03",
+           "--compute", "0.01", "--compute-kind", "sleep")
+    shutil.copytree(lockwait_run[0].root, tmp / "set" / "host=locks")
+    return tmp / "set"
+
+
+def report(set_dir: Path, *args: str) -> dict:
+    proc = iotrace_cmd("report", str(set_dir), "--from-events", "--format", "json", *args,
+                       timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_spark_and_duckdb_give_the_same_report(trace_set):
+    duck = report(trace_set)
+    spark = report(trace_set, "--engine", "spark", "--spark-master", "local[2]")
+    assert duck["engine"] == "duckdb" and spark["engine"] == "spark"
+    assert set(spark["node_report_sources"].values()) == {"events"}
+    for r in (duck, spark):
+        assert all(not n["rule_errors"] for n in r["node_reports"].values()), \
+            {h: n["rule_errors"] for h, n in r["node_reports"].items()}
+    # the equality is not of empty reports: the rules fired where the programs ask
+    fired = {h: {f["id"] for f in n["findings"]} for h, n in duck["node_reports"].items()}
+    assert {"random-access", "small-reads"} <= fired["fio-rand"], fired
+    assert "redundant-io" in fired["fio-reread"], fired
+    assert "metadata-storm" in fired["small-files"], fired
+    assert "checkpoint-burst" in fired["ckpt"], fired
+    assert "lock-contention" in fired["locks"], fired
+    assert duck["node_reports"]["loader"]["verdict"]["loops"], duck["node_reports"]["loader"]
+    duck.pop("engine"), spark.pop("engine")
+    assert diff(duck, spark) == []
+
+
+def test_spark_options_checked():
+    proc = iotrace_cmd("report", "/nonexistent", "--spark-master", "spark://x:7077")
+    assert proc.returncode == 2
+    assert "--spark-master is for --engine spark" in proc.stderr
