@@ -71,6 +71,7 @@ class Context:
     t1_ns: int = 0
     window: Optional[tuple[int, int]] = None   # the training window (ns), once known
     loop_tids: tuple[int, ...] = ()            # the training loop threads, once known
+    checkpoints: list = field(default_factory=list)  # write bursts (checkpoint_burst.bursts)
 
     @property
     def duration_s(self) -> float:

@@ -138,6 +138,16 @@ def bursts(ctx: Context) -> list[dict]:
         f"select {', '.join(keys)} from checkpoint_burst_bursts order by start_ns")]
 
 
+def report_entry(b: dict, loop_known: bool) -> dict:
+    """One burst as the report's `checkpoints` list gives it."""
+    return {"ts_ns": b["start_ns"], "duration_s": b["dur_ns"] / 1e9, "bytes": b["bytes"],
+            "writes": b["writes"], "files": b["files"], "fsyncs": b["syncs"],
+            "fsync_s": b["sync_ns"] / 1e9, "pid": b["pid"], "tid": b["tid"],
+            "blocked_s": b["blocked_ns"] / 1e9,
+            "loop_blocked_s": b["loop_blocked_ns"] / 1e9 if loop_known else None,
+            "path": b["path"]}
+
+
 def stats(ctx: Context) -> dict:
     keys = ("count", "mean_interval_s", "stdev_interval_s", "total_bytes", "mean_bytes",
             "median_bytes", "mean_duration_s", "max_duration_s", "write_bytes_per_s",
@@ -209,6 +219,7 @@ def recommendation(ev: dict, small: bool) -> str:
 def run(ctx: Context) -> list[Finding]:
     th = ctx.th(RULE.id)
     bs = bursts(ctx)
+    ctx.checkpoints = bs        # every burst, for the report's own list (and a set's)
     if not bs or len(bs) < th["min_bursts"]:
         return []
     ev = stats(ctx)

@@ -13,6 +13,9 @@ against the per-node target). Then, across nodes:
   verdict     the job's: io-bound when any node is (the slowest rank gates each
               step), AU the mean of the nodes' (MLPerf Storage asks each to
               reach the bar: the minimum is given too), read rate the sum
+  checkpoints the nodes' write bursts aligned on the set's time axis: one
+              entry per checkpoint step, its slowest node (whose time is the
+              job's: the other ranks wait at the next collective) and spread
   timeline    the job's read and write rate per second on the set's common
               time axis (wall_ns: iotrace.traceset), per node and in total
 """
@@ -35,6 +38,8 @@ from .report import build_report
 from .verdict import STALL_WORDS
 
 STRAGGLER_MARGIN = 0.10
+# write bursts of different nodes closer than this belong to one checkpoint step
+CHECKPOINT_ALIGN_GAP_S = 5.0
 SET_SCHEMA = "iotrace-report-set/1"
 
 
@@ -50,6 +55,7 @@ class SetReport:
     reports: dict[str, dict] = field(default_factory=dict)   # each node's report (JSON)
     sources: dict[str, str] = field(default_factory=dict)    # "summary" or "events"
     engine: str = "duckdb"
+    checkpoints: list = field(default_factory=list)          # aligned_checkpoints
 
     def to_dict(self) -> dict:
         return {"schema": SET_SCHEMA, "trace_set": self.root,
@@ -59,7 +65,8 @@ class SetReport:
                             "per_gpu_bytes_per_s": self.targets.per_gpu_bps,
                             "per": "node"},
                 "verdict": self.verdict, "nodes": self.nodes, "stragglers": self.stragglers,
-                "timeline": self.timeline, "clock": self.clock,
+                "checkpoints": self.checkpoints, "timeline": self.timeline,
+                "clock": self.clock,
                 "node_report_sources": self.sources, "engine": self.engine,
                 "node_reports": self.reports}
 
@@ -144,16 +151,71 @@ def timeline(ts: TraceSet, engine: Engine = DUCKDB) -> list[dict]:
     src = "(" + " union all ".join(parts) + ")"
     rows = con.execute(f"""
         with io as {src}, t0 as (select min(wall_ns) as t0 from io)
-        select ((wall_ns - t0) // 1000000000)::int as s, host, sum(r) as r, sum(w) as w
+        select ((wall_ns - t0) // 1000000000)::int as s, host, sum(r) as r, sum(w) as w,
+               any_value(t0) as t0
         from io, t0 group by all order by 1, 2""").fetchall()
     out: dict[int, dict] = {}
-    for s, host, r, w in rows:
+    origin = int(rows[0][4]) if rows else None
+    for s, host, r, w, _ in rows:
         e = out.setdefault(s, {"t_s": s, "read_bytes_per_s": 0, "write_bytes_per_s": 0,
                                "read_by_host": {}})
         e["read_bytes_per_s"] += int(r or 0)
         e["write_bytes_per_s"] += int(w or 0)
         e["read_by_host"][host] = e["read_by_host"].get(host, 0) + int(r or 0)
-    return [out[k] for k in sorted(out)]
+    return [out[k] for k in sorted(out)], origin
+
+
+def aligned_checkpoints(ts: TraceSet, reports: dict[str, dict], origin_ns: Optional[int],
+                        gap_s: float = CHECKPOINT_ALIGN_GAP_S) -> list[dict]:
+    """The job's checkpoints: the nodes' write bursts on the set's time axis,
+    grouped where they overlap or follow within gap_s (the ranks of one
+    checkpoint step). In synchronous training the ranks meet at the next
+    collective, so the slowest node's checkpoint time is the job's; the
+    rest of the ranks wait `spread_s` for it."""
+    items = []
+    for m in ts.members:
+        off = int(ts.clock[m.host]["offset_ns"])
+        ranks = reports[m.host].get("ranks", {})
+        for c in reports[m.host].get("checkpoints") or []:
+            start = int(c["ts_ns"]) + off
+            items.append((start, start + int(c["duration_s"] * 1e9), m.host,
+                          ranks.get(str(c["pid"])), c))
+    items.sort(key=lambda x: (x[0], x[2]))
+    groups: list[list] = []
+    for it in items:
+        if groups and it[0] <= max(x[1] for x in groups[-1]) + gap_s * 1e9:
+            groups[-1].append(it)
+        else:
+            groups.append([it])
+    base = origin_ns if origin_ns is not None else (items[0][0] if items else 0)
+    out = []
+    for g in groups:
+        per: dict[str, dict] = {}          # a node's part: from its first burst to its last
+        for start, end, host, rank, c in g:
+            p = per.setdefault(host, {"host": host, "rank": rank, "start": start, "end": end,
+                                      "bytes": 0, "fsync_s": 0.0})
+            p["start"], p["end"] = min(p["start"], start), max(p["end"], end)
+            p["bytes"] += c["bytes"]
+            p["fsync_s"] += c["fsync_s"]
+        nodes = sorted(per.values(), key=lambda p: (-(p["end"] - p["start"]), p["host"]))
+        durs = [(p["end"] - p["start"]) / 1e9 for p in nodes]
+        slow = nodes[0]
+        total = sum(p["bytes"] for p in nodes)
+        start = min(p["start"] for p in nodes)
+        job = (max(p["end"] for p in nodes) - start) / 1e9
+        out.append({"t_s": round((start - base) / 1e9, 3), "nodes": len(nodes), "bytes": total,
+                    "job_duration_s": round(job, 6),
+                    "slowest": {"host": slow["host"], "rank": slow["rank"],
+                                "duration_s": round(durs[0], 6), "bytes": slow["bytes"],
+                                "fsync_s": round(slow["fsync_s"], 6)},
+                    "median_duration_s": round(statistics.median(durs), 6),
+                    "spread_s": round(durs[0] - statistics.median(durs), 6),
+                    "write_bytes_per_s": total / job if job > 0 else None,
+                    "per_node": [{"host": p["host"], "rank": p["rank"], "bytes": p["bytes"],
+                                  "start_s": round((p["start"] - base) / 1e9, 3),
+                                  "duration_s": round((p["end"] - p["start"]) / 1e9, 6)}
+                                 for p in sorted(nodes, key=lambda p: p["host"])]})
+    return out
 
 
 def job_verdict(nodes: list[dict], strag: list[dict], targets: Targets) -> dict:
@@ -244,5 +306,16 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
              "error_bound_ns": (max(c["error_bound_ns"] for c in ts.clock.values())
                                 if all(c["error_bound_ns"] is not None for c in ts.clock.values())
                                 else None)}
-    return SetReport(str(ts.root), targets, job_verdict(nodes, strag, targets), nodes, strag,
-                     timeline(ts, engine), clock, reports, sources, engine.name)
+    tl, origin = timeline(ts, engine)
+    ckpts = aligned_checkpoints(ts, reports, origin)
+    verdict = job_verdict(nodes, strag, targets)
+    if ckpts:
+        verdict["checkpoints"] = len(ckpts)
+        verdict["checkpoint_time_s"] = round(sum(c["job_duration_s"] for c in ckpts), 6)
+        slow = max(ckpts, key=lambda c: c["spread_s"])
+        verdict["summary"] += (
+            f" {len(ckpts)} checkpoint(s) across nodes took {verdict['checkpoint_time_s']:.2f} s "
+            f"of the job; the slowest node's part ({slow['slowest']['host']}, "
+            f"{slow['slowest']['duration_s']:.2f} s) sets each one's time.")
+    return SetReport(str(ts.root), targets, verdict, nodes, strag, tl, clock, reports, sources,
+                     engine.name, ckpts)

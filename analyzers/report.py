@@ -34,6 +34,8 @@ class Report:
     # the training loops' waits and checkpoints in the window (waits.LoopStates),
     # for the timeline viewers; not part of the JSON report
     loop_states: list = field(default_factory=list)
+    # every write burst (checkpoint) found, also where too few for the finding
+    checkpoints: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -45,6 +47,7 @@ class Report:
                         "per_gpu_bytes_per_s": self.targets.per_gpu_bps},
             "verdict": self.verdict,
             "findings": [f.to_dict() for f in self.findings],
+            "checkpoints": self.checkpoints,
             "rules_run": self.rules_run,
             "rule_errors": self.errors,
         }
@@ -92,5 +95,7 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
     verdict["t0_ns"] = ctx.t0_ns
     apply_impact(ctx, waits, findings)
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_s or 0)))
+    from .checkpoint_burst import report_entry
     return Report(trace=str(trace.root), targets=targets, verdict=verdict,
-                  findings=findings, rules_run=ran, errors=errors, loop_states=waits.states)
+                  findings=findings, rules_run=ran, errors=errors, loop_states=waits.states,
+                  checkpoints=[report_entry(b, bool(ctx.loop_tids)) for b in ctx.checkpoints])

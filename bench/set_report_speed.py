@@ -8,9 +8,12 @@ the set's clock alignment is exercised. Times the set's report (JSON) from
 the nodes' summaries (the default) and from their raw events (what a target
 or thresholds ask for: nodes analysed in parallel, one process per CPU), and,
 for up to 8 nodes, the set's Perfetto export; medians of --reps runs each,
-interleaved. Needs root (the recording).
+interleaved. With --spark-reps N (and the spark extra installed), the same
+reports on Apache Spark in local mode (`--engine spark`, a JVM started per
+command, as a user's command does), N runs each. Needs root (the recording).
 
     sudo .venv/bin/python bench/set_report_speed.py [--nodes 1,8,16,64] [--reps 3]
+                                                    [--spark-reps 1]
 """
 from __future__ import annotations
 
@@ -74,6 +77,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", default="1,8,16,64")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--spark-reps", type=int, default=0,
+                    help="runs of each report on Spark (local[*]); 0: none")
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="iotrace-setbench-"))
@@ -99,9 +104,18 @@ def main() -> None:
                     times.setdefault(("export --perfetto SET", n), []).append(
                         timed([*IOTRACE, "export", "--perfetto", str(sets[n]), "-o",
                                str(work / f"s{n}.pftrace")]))
+        for _ in range(a.spark_reps):
+            for n in sizes:
+                spark = ["--engine", "spark"]
+                times.setdefault(("spark: SET (summaries)", n), []).append(
+                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json", *spark]))
+                times.setdefault(("spark: SET (raw events)", n), []).append(
+                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json",
+                           "--target-read", "1GB/s", *spark]))
         print(f"one node's trace: {meta['events']:,} events, "
               f"{meta['events_parquet_bytes'] / 1e6:.1f} MB of Parquet; "
-              f"medians of {a.reps} interleaved runs, engine DuckDB, {os.cpu_count()} CPUs")
+              f"medians of {a.reps} interleaved runs (DuckDB) and {a.spark_reps} (Spark, "
+              f"local[*]), {os.cpu_count()} CPUs")
         print(f"{'command':26} {'nodes':>5} {'events':>12} {'median s':>9} {'s per node':>10}")
         for (what, n), xs in times.items():
             med = statistics.median(xs)

@@ -118,3 +118,70 @@ def test_attach_needs_a_target(tmp_path):
     res = subprocess.run([*IOTRACE, "attach", "--cgroup", "no/such/cgroup", "-o",
                           str(tmp_path / "t")], capture_output=True, text=True)
     assert res.returncode == 3 and "not a cgroup" in res.stderr
+
+
+def test_follow_a_cgroup_from_before_the_job(tmp_path):
+    """What a Slurm prolog/epilog pair does: `attach --cgroup JOB --follow`
+    before the job's cgroup exists; two job steps join it one after the other
+    (the first has exited when the second starts) and are traced whole; a
+    process outside it is not; SIGINT (the epilog) ends the trace."""
+    import os
+    import signal
+    import time
+    import pytest
+    base_cg = _cgroup_dir(f"iotrace-follow-{os.getpid()}")
+    if base_cg is None:
+        pytest.skip("no writable cgroup hierarchy")
+    job_cg = base_cg / "job_42"
+    out = tmp_path / "trace"
+    rel = str(job_cg.relative_to("/sys/fs/cgroup"))
+    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--cgroup", rel, "--follow",
+                               "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    steps, outside = {}, None
+    try:
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        job_cg.mkdir()                        # the job starts: the scheduler makes its cgroup
+
+        def start(name, join=True):
+            d = tmp_path / name
+            d.mkdir()
+            for f in ("early.bin", "late.bin", "child.bin"):
+                (d / f).write_bytes(b"z" * 1000)
+            # like slurmstepd: the step's process enters the job's cgroup, then runs the job
+            pre = f"echo $$ > {job_cg}/cgroup.procs && " if join else ""
+            p = subprocess.Popen(["sh", "-c", f'{pre}exec "$@"', "sh", sys.executable,
+                                  str(WORKLOADS / "attach_target.py"), str(d)],
+                                 stdout=subprocess.PIPE, text=True)
+            assert p.stdout.readline().strip() == "ready"
+            return p, d
+
+        for name in ("step1", "step2"):
+            p, d = start(name)
+            if name == "step1":
+                outside = start("outside", join=False)
+                (outside[1] / "go").touch()
+            time.sleep(1.0)                   # > the 200 ms the recorder takes to see it
+            (d / "go").touch()
+            assert p.wait(timeout=60) == 0
+            steps[name] = p
+            time.sleep(0.5)                   # no process left in the cgroup: still tracing
+            assert tracer.poll() is None, tracer.stderr.read()
+        tracer.send_signal(signal.SIGINT)     # the epilog
+        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+    finally:
+        tracer.kill()
+        for p in [*steps.values(), *([outside[0]] if outside else [])]:
+            p.kill()
+        with __import__("contextlib").suppress(OSError):
+            job_cg.rmdir()
+            base_cg.rmdir()
+    trace = iotrace.open_trace(out)
+    assert trace.meta["state"] == "complete" and trace.meta["options"]["follow"] is True
+    per_dir = dict(rows(trace, """select regexp_extract(f.path, '/(step1|step2|outside)/', 1),
+                                         count(*)
+                                  from events e join files f using (file_id)
+                                  where e.op in ('read', 'pread64') group by 1"""))
+    # each step: 6 preads of a file opened before it joined, 4 reads, 3 by its child
+    assert per_dir == {"step1": 13, "step2": 13}
+    cmd = dict(rows(trace, "select pid, cmdline from processes"))
+    assert all("attach_target.py" in cmd[p.pid] for p in steps.values()), cmd

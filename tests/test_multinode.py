@@ -74,7 +74,7 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
         subprocess.run([sys.executable, "-c", "import torch.distributed, torch.nn"], check=True)
         procs = []
         for rank, ns in enumerate(names):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(NODES),
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(NODES), CKPT_SLOW_RANK="2",
                        MASTER_ADDR="10.77.0.1", MASTER_PORT="29581",
                        GLOO_SOCKET_IFNAME=ifaces[rank])   # not the host name's address
             job = [sys.executable, str(WORKLOADS / "ddp_train.py"), str(shards[rank]), str(ckpt)]
@@ -88,8 +88,11 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, "\n\n".join(e[-1500:] for _, e in outs)
     assert sorted(os.listdir(tset)) == [f"host=node{i}" for i in range(NODES)]
+    ck = {}         # rank: (checkpoint bytes, seconds), as each rank measured them
     for rank, (out, _) in enumerate(outs):
-        assert f"rank {rank} steps 12 read {size}" in out
+        assert f"rank {rank} steps 12 read {size} ckpt " in out
+        line = next(x for x in out.splitlines() if x.startswith(f"rank {rank} steps"))
+        ck[rank] = (int(line.split()[-2]), float(line.split()[-1]))
 
     res = iotrace_cmd("report", str(tset), "--format", "json")
     assert res.returncode == 0, res.stderr
@@ -129,8 +132,19 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
         == [[0], [1], [2]]
     assert rep["verdict"]["status"] == "io-bound" and rep["verdict"]["nodes"] == NODES
     # every rank's checkpoint was written, and the set's timeline holds all reads
-    assert len(list(ckpt.iterdir())) == NODES
+    assert sorted(p.stat().st_size for p in ckpt.iterdir()) == sorted(b for b, _ in ck.values())
     assert sum(t["read_bytes_per_s"] for t in rep["timeline"]) >= NODES * size
+    # the ranks' checkpoints are one checkpoint step of the job: its time is
+    # the slow rank's, as that rank measured it
+    assert len(rep["checkpoints"]) == 1, rep["checkpoints"]
+    c = rep["checkpoints"][0]
+    assert c["nodes"] == NODES and c["bytes"] == sum(b for b, _ in ck.values())
+    assert {p["host"]: p["bytes"] for p in c["per_node"]} == \
+        {f"node{r}": b for r, (b, _) in ck.items()}
+    assert (c["slowest"]["host"], c["slowest"]["rank"]) == ("node2", 2)
+    assert abs(c["slowest"]["duration_s"] - ck[2][1]) <= 0.05 * ck[2][1] + 0.01, (c, ck)
+    assert c["spread_s"] > 0.5 and rep["verdict"]["checkpoints"] == 1
+    assert raw["checkpoints"] == rep["checkpoints"]
 
 
 MARK = """

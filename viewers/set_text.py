@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from iotrace.analyzers.rates import human_rate
+from iotrace.analyzers.rates import human_bytes, human_rate
 
 from .text import COLOURS, STATUS
 
@@ -48,6 +48,18 @@ def render_set_text(rep, console: Console) -> None:
                                  "waiting for it."),
                             title=Text(f"[STRAGGLER] {s['host']}", style="bold red"),
                             title_align="left", border_style="red"))
+    if rep.checkpoints:
+        c = Table(title="checkpoints across nodes (the slowest node's part is the job's time)",
+                  title_justify="left", header_style="bold", box=None, pad_edge=False)
+        for col in ("at", "nodes", "bytes", "job time", "slowest node", "its time", "median"):
+            c.add_column(col, justify="left" if col == "slowest node" else "right")
+        for k in rep.checkpoints:
+            s = k["slowest"]
+            who = s["host"] + (f" (rank {s['rank']})" if s["rank"] is not None else "")
+            c.add_row(f"{k['t_s']:.1f} s", str(k["nodes"]), human_bytes(k["bytes"]),
+                      f"{k['job_duration_s']:.2f} s", who, f"{s['duration_s']:.2f} s",
+                      f"{k['median_duration_s']:.2f} s")
+        console.print(c)
     for host, r in rep.reports.items():
         shown = [f for f in r["findings"] if f["severity"] != "info"]
         if not shown:

@@ -468,6 +468,11 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, wan
               help="Trace every process in this cgroup and the cgroups below it (a "
                    "Kubernetes pod's, a Slurm job's), with their descendants: a path under "
                    "/sys/fs/cgroup, absolute or relative to it.")
+@click.option("--follow", is_flag=True,
+              help="With --cgroup: also trace the processes that join the cgroup later (a "
+                   "Slurm job's steps, a pod's restarted containers), found within 200 ms; "
+                   "the cgroup may be empty or not exist yet (a Slurm prolog). Tracing then "
+                   "ends only at Ctrl-C / SIGTERM or --duration.")
 @click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long (default: until Ctrl-C or the process tree exits).")
 @click.option("-o", "--output", "out", metavar="DIR",
@@ -478,7 +483,7 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, wan
 @ringbuf_option
 @verbs_lib_option
 @node_summary_option
-def attach(pids, cgroup, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
+def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
            no_node_summary) -> None:
     """Trace a running process and its present and future descendants.
 
@@ -491,23 +496,30 @@ def attach(pids, cgroup, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_
     Examples:
       sudo iotrace attach --pid $(pgrep -f train.py | head -1) --duration 60
       sudo iotrace attach --cgroup kubepods.slice/kubepods-pod1234.slice -o SET/host=%h
+      sudo iotrace attach --cgroup system.slice/slurmstepd.scope/job_42 --follow \
+          -o /shared/traces/42/host=%h          # from a Slurm prolog (docs/multinode.md)
     """
     check_can_trace()
     if not pids and not cgroup:
         fail("nothing to attach to: give --pid PID or --cgroup PATH")
+    if follow and not cgroup:
+        fail("--follow is for --cgroup: the processes that join the cgroup")
     for p in pids:
         if p <= 0 or not os.path.exists(f"/proc/{p}"):
             fail(f"no process with pid {p}: check the pid (`ps -e`) and try again", EXIT_ENV)
     roots = list(dict.fromkeys(pids))
     if cgroup:
-        from .procfs import cgroup_roots
-        roots += [p for p in cgroup_roots(cgroup) if p not in roots]
+        from .procfs import cgroup_dir, cgroup_roots
+        found = [p for p in cgroup_roots(cgroup, follow) if p not in roots]
+        # followed, the cgroup's processes are the recorder's to find
+        roots += [] if follow else found
     if len(roots) > 64:
         fail(f"{len(roots)} separate process trees to attach to; at most 64: give the "
-             "cgroup of one job", EXIT_USAGE)
-    pid = roots[0]
+             "cgroup of one job, or add --follow", EXIT_USAGE)
+    pid = roots[0] if roots else 0
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        comm = Path(f"/proc/{pid}/comm").read_text().strip() if pid else \
+            Path(cgroup.rstrip("/")).name
     except OSError:
         comm = str(pid)
     user = invoking_user()
@@ -515,12 +527,15 @@ def attach(pids, cgroup, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_
     if user:
         os.chown(outdir, user.uid, user.gid)
     args = recorder_tuning(ringbuf_mb, verbs_lib or (None if no_verbs else
-                                                     mapped_verbs_library(pid)),
+                                                     mapped_verbs_library(pid) if pid else None),
                            no_verbs) + [a for p in roots for a in ("--pid", str(p))]
+    if follow:
+        args += ["--follow-cgroup", cgroup_dir(cgroup)]
     if duration:
         args += ["--duration", str(duration)]
     from .tracedir import base_meta
     meta = base_meta(None, "attach", {"pid": pid, "pids": roots, "cgroup": cgroup,
+                                      "follow": follow,
                                       "duration_s": duration, "ringbuf_mb": ringbuf_mb})
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,

@@ -61,11 +61,25 @@ def read_rank(p) -> None:
             setattr(p, attr, int(v))
 
 
-def cgroup_roots(path: str) -> list[int]:
+def cgroup_dir(path: str) -> str:
+    """A cgroup's directory: absolute, or relative to /sys/fs/cgroup."""
+    return path if path.startswith("/") else os.path.join("/sys/fs/cgroup", path)
+
+
+def cgroup_roots(path: str, follow: bool = False) -> list[int]:
     """The processes of a cgroup and of the cgroups below it whose parent is
-    not among them: the roots of its process trees. Raises IotraceError."""
+    not among them: the roots of its process trees. Raises IotraceError.
+    follow: the cgroup may be empty, or not there yet (a job about to start)."""
     from .errors import EXIT_ENV, IotraceError
-    base = path if path.startswith("/") else os.path.join("/sys/fs/cgroup", path)
+    base = cgroup_dir(path)
+    if follow and not os.path.exists(base):
+        parent = os.path.dirname(base.rstrip("/"))
+        while parent != "/" and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isfile(os.path.join(parent, "cgroup.procs")):
+            raise IotraceError(f"{base}: not under a cgroup file system ({parent} is not a "
+                               "cgroup): give a directory under /sys/fs/cgroup", EXIT_ENV)
+        return []
     if not os.path.isfile(os.path.join(base, "cgroup.procs")):
         raise IotraceError(f"{base} is not a cgroup (no cgroup.procs): give a directory "
                            "under /sys/fs/cgroup (`cat /proc/PID/cgroup` names a process's)",
@@ -75,9 +89,9 @@ def cgroup_roots(path: str) -> list[int]:
         if "cgroup.procs" in names:
             raw = _read(os.path.join(d, "cgroup.procs")) or b""
             pids.update(int(x) for x in raw.split())
-    if not pids:
-        raise IotraceError(f"the cgroup {base} has no processes: attach once the job runs",
-                           EXIT_ENV)
+    if not pids and not follow:
+        raise IotraceError(f"the cgroup {base} has no processes: attach once the job runs, "
+                           "or add --follow to wait for them", EXIT_ENV)
     return sorted(p for p in pids if ppid_of(p) not in pids)
 
 

@@ -35,6 +35,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include "cgroup_follow.h"
 #include "iotrace.h"
 #include "iotrace.skel.h"
 #include "objects.h"
@@ -57,6 +58,7 @@ struct options {
 	const char *verbs_lib;
 	pid_t pids[64];
 	int npids;
+	const char *follow_cgroup;	/* also trace processes that join this cgroup */
 	uid_t uid;
 	gid_t gid;
 	bool drop_privs;
@@ -359,6 +361,16 @@ static __u64 now_ns(void)
 	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+/* A process found in the followed cgroup: traced from now on (its children
+ * are followed in kernel); the first time, said on the status channel so
+ * that iotrace reads its command line and open files. */
+static void cgroup_joined(pid_t pid, void *ctx)
+{
+	if (add_traced(ctx, pid) > 0)
+		status("{\"type\":\"joined\",\"pid\":%d,\"monotonic_ns\":%llu}", pid,
+		       (unsigned long long)now_ns());
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -368,6 +380,9 @@ static void usage(FILE *f)
 		"`iotrace attach`, which turn its spool into a Parquet trace.\n"
 		"  --spool DIR        write spool segments here\n"
 		"  --pid PID          trace PID and its descendants (repeatable)\n"
+		"  --follow-cgroup DIR  also trace every process that is in, or joins, the\n"
+		"                     cgroup DIR or one below it (checked every 200 ms); keep\n"
+		"                     tracing when none is left, until a signal or --duration\n"
 		"  --uid U --gid G    run CMD as this user/group\n"
 		"  --groups G1,G2     supplementary groups of CMD\n"
 		"  --status-fd N      write JSON status lines to fd N\n"
@@ -385,6 +400,7 @@ static int parse_args(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "spool", required_argument, 0, 's' },
 		{ "pid", required_argument, 0, 'p' },
+		{ "follow-cgroup", required_argument, 0, 'F' },
 		{ "uid", required_argument, 0, 'u' },
 		{ "gid", required_argument, 0, 'g' },
 		{ "groups", required_argument, 0, 'G' },
@@ -423,6 +439,7 @@ static int parse_args(int argc, char **argv)
 		case 'c': opt.check = true; break;
 		case 'L': opt.verbs_lib = optarg; break;
 		case 'v': opt.verbose = true; break;
+		case 'F': opt.follow_cgroup = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
@@ -431,7 +448,8 @@ static int parse_args(int argc, char **argv)
 		opt.cmd = argv + optind;
 	if (opt.check)
 		return 0;
-	if (!opt.spool || (!opt.cmd && !opt.npids) || (opt.cmd && opt.npids)) {
+	if (!opt.spool || (!opt.cmd && !opt.npids && !opt.follow_cgroup) ||
+	    (opt.cmd && (opt.npids || opt.follow_cgroup))) {
 		usage(stderr);
 		return -1;
 	}
@@ -461,7 +479,7 @@ int main(int argc, char **argv)
 	int go[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	int rc = EXIT_SETUP, job_status = -1, exec_errno = 0;
 	static char attached[16384], skipped[32768];
-	__u64 t0, last_rotate, last_stats;
+	__u64 t0, last_rotate, last_stats, last_follow;
 	const char *stop_reason = "done";
 
 	if (parse_args(argc, argv))
@@ -600,6 +618,8 @@ int main(int argc, char **argv)
 			}
 			add_traced(skel, opt.pids[i]);
 		}
+		if (opt.follow_cgroup)
+			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
 		add_descendants(skel);
 	}
 	/* The two clocks read back to back: wall time of any ts_ns is
@@ -609,7 +629,7 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_REALTIME, &rt);
 	status("{\"type\":\"ready\",\"pid\":%d,\"monotonic_ns\":%llu,\"realtime_ns\":%llu,"
 	       "\"attached\":%s,\"skipped\":%s,\"verbs_library\":\"%s\"}",
-	       opt.cmd ? child_pid : opt.pids[0], (unsigned long long)t0,
+	       opt.cmd ? child_pid : opt.npids ? opt.pids[0] : 0, (unsigned long long)t0,
 	       (unsigned long long)rt.tv_sec * 1000000000ull + rt.tv_nsec, attached, skipped,
 	       probed_verbs_library() ? probed_verbs_library() : "");
 
@@ -624,7 +644,7 @@ int main(int argc, char **argv)
 			status("{\"type\":\"exec-error\",\"errno\":%d}", exec_errno);
 	}
 
-	last_rotate = last_stats = t0;
+	last_rotate = last_stats = last_follow = t0;
 	rc = 0;
 	for (;;) {
 		int n = ring_buffer__poll(rb, 50);
@@ -667,7 +687,11 @@ int main(int argc, char **argv)
 			stop_reason = "exited";
 			break;
 		}
-		if (!opt.cmd && skel->bss->live_procs <= 0) {
+		if (opt.follow_cgroup && now - last_follow >= 200000000ull) {
+			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
+			last_follow = now;
+		}
+		if (!opt.cmd && !opt.follow_cgroup && skel->bss->live_procs <= 0) {
 			stop_reason = "exited";
 			break;
 		}
