@@ -185,3 +185,66 @@ def test_follow_a_cgroup_from_before_the_job(tmp_path):
     assert per_dir == {"step1": 13, "step2": 13}
     cmd = dict(rows(trace, "select pid, cmdline from processes"))
     assert all("attach_target.py" in cmd[p.pid] for p in steps.values()), cmd
+
+
+def test_slurm_prolog_and_epilog_scripts(tmp_path):
+    """examples/slurm's prolog and epilog as slurmd runs them (root, the job's
+    SLURM_* variables; a stub scontrol says the job asked for a trace; the
+    job's cgroup is where Slurm puts it on cgroup v1, or v2): the job step
+    that joins the cgroup after the prolog is traced whole, and the epilog
+    leaves a complete trace in TRACES/JOBID/host=NODE."""
+    import os
+    import pytest
+    import socket
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "examples" / "slurm"
+    job = str(90000 + os.getpid() % 10000)
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    parent = (Path("/sys/fs/cgroup/system.slice/slurmstepd.scope") if v2
+              else Path("/sys/fs/cgroup/freezer/slurm/uid_0"))
+    made = [d for d in (parent.parent, parent) if not d.exists()]   # removed at the end
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pytest.skip("cannot make Slurm's cgroup directories here")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(f"#!/bin/sh\necho 'JobId={job} Comment=iotrace'\n")
+    (bindir / "scontrol").chmod(0o755)
+    env = dict(os.environ, SLURM_JOB_ID=job, SLURM_JOB_UID="0",
+               PATH=f"{bindir}:{os.environ['PATH']}",
+               IOTRACE=str(Path(sys.executable).parent / "iotrace"),
+               IOTRACE_TRACES=str(tmp_path / "traces"), IOTRACE_RUN_DIR=str(tmp_path / "run"))
+    cg = parent / f"job_{job}"
+    step = None
+    try:
+        assert subprocess.run(["sh", str(root / "iotrace-prolog.sh")], env=env,
+                              timeout=60).returncode == 0
+        cg.mkdir()                                        # slurmstepd starts the job
+        d = tmp_path / "data"
+        d.mkdir()
+        for f in ("early.bin", "late.bin", "child.bin"):
+            (d / f).write_bytes(b"z" * 1000)
+        step = subprocess.Popen(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh",
+                                 sys.executable, str(WORKLOADS / "attach_target.py"), str(d)],
+                                stdout=subprocess.PIPE, text=True)
+        assert step.stdout.readline().strip() == "ready"
+        __import__("time").sleep(1.0)
+        (d / "go").touch()
+        assert step.wait(timeout=60) == 0
+        assert subprocess.run(["sh", str(root / "iotrace-epilog.sh")], env=env,
+                              timeout=400).returncode == 0
+    finally:
+        if step:
+            step.kill()
+        for c in (cg, *reversed(made)):
+            with __import__("contextlib").suppress(OSError):
+                c.rmdir()
+    out = tmp_path / "traces" / job / f"host={socket.gethostname().split('.')[0]}"
+    trace = iotrace.open_trace(out)
+    assert trace.meta["state"] == "complete"
+    assert (out / "summary" / "node_report.json").exists()
+    assert scalar(trace, """select count(*) from events e join files f using (file_id)
+                            where e.op in ('read', 'pread64') and f.path like ?""",
+                  f"{d}/%") == 13
+    assert not (tmp_path / "run" / f"{job}.pid").exists()
