@@ -145,6 +145,15 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     assert abs(c["slowest"]["duration_s"] - ck[2][1]) <= 0.05 * ck[2][1] + 0.01, (c, ck)
     assert c["spread_s"] > 0.5 and rep["verdict"]["checkpoints"] == 1
     assert raw["checkpoints"] == rep["checkpoints"]
+    # the HTML page: a heat map with a row per node, the straggler marked
+    page = tmp_path / "set.html"
+    res = iotrace_cmd("report", str(tset), "--format", "html", "-o", str(page))
+    assert res.returncode == 0, res.stderr
+    html = page.read_text()
+    assert 'aria-label="heat map of read rate per node over time: node0, node1 (straggler), ' \
+        'node2"' in html
+    assert '<tr class="straggler"><td class="mono">node1</td>' in html
+    assert "http://" not in html.replace("http://www.w3.org", "")     # works offline
 
 
 MARK = """

@@ -312,8 +312,8 @@ def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window,
     from .traceset import open_trace_set
     if window:
         fail("--window is for one trace: give one node's trace (SET/host=NAME) with it")
-    if fmt not in ("text", "json"):
-        fail(f"--format {fmt} is for one trace; a trace set's report is text or json")
+    if fmt == "md":
+        fail("--format md is for one trace; a trace set's report is text, json or html")
     ts = open_trace_set(set_dir)
     why = ("--from-events" if from_events else
            "targets or thresholds given" if targets != Targets() or config
@@ -325,6 +325,9 @@ def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window,
     if fmt == "text":
         from .viewers.set_text import render_set_text
         render_set_text(rep, _report_console(output, 110))
+    elif fmt == "html":
+        from .viewers.set_html import render_set_html
+        _deliver(render_set_html(rep), output)
     else:
         from .viewers.jsonout import render_json
         _deliver(render_json(rep), output)
