@@ -118,3 +118,16 @@ def test_spark_options_checked():
     proc = iotrace_cmd("report", "/nonexistent", "--spark-master", "spark://x:7077")
     assert proc.returncode == 2
     assert "--spark-master is for --engine spark" in proc.stderr
+
+
+def test_spark_that_cannot_start_is_a_clear_error(tmp_path):
+    """No Java runtime where Spark looks (JAVA_HOME): one line, exit 3."""
+    import os
+    trace = tmp_path / "set" / "host=a"
+    proc, _ = trace_run(trace, "true")
+    assert proc.returncode == 0, proc.stderr
+    res = iotrace_cmd("report", str(trace), "--engine", "spark",
+                      env=dict(os.environ, JAVA_HOME="/nonexistent-java"), timeout=120)
+    assert res.returncode == 3, res.stderr[-2000:]
+    line = [x for x in res.stderr.splitlines() if x.startswith("iotrace:")]
+    assert line and "cannot start Spark" in line[-1] and "Java" in line[-1], res.stderr[-2000:]

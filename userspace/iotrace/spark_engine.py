@@ -18,13 +18,15 @@ Java 17+ runtime).
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from .errors import EXIT_USAGE, EXIT_TRACE, IotraceError
+from .errors import EXIT_ENV, EXIT_TRACE, EXIT_USAGE, IotraceError
 
 try:
     import sqlglot
@@ -38,25 +40,31 @@ def _need_pyspark():
         import pyspark  # noqa: F401
     except ImportError:
         raise IotraceError("--engine spark needs PySpark: pip install 'iotrace[spark]' "
-                           "(and a Java 17+ runtime)", EXIT_USAGE) from None
+                           "(and a Java 17+ runtime)", EXIT_ENV) from None
     if sqlglot is None:
         raise IotraceError("--engine spark needs sqlglot: pip install 'iotrace[spark]'",
-                           EXIT_USAGE)
+                           EXIT_ENV)
 
 
 _SESSIONS: dict[str, Any] = {}
+_LOCK = threading.Lock()        # nodes' reports ask for the session from threads
 
 
 def spark_session(master: str = "local[*]"):
     """One Spark session per master for the process (a JVM starts once)."""
     _need_pyspark()
-    if master in _SESSIONS:
+    with _LOCK:
+        if master not in _SESSIONS:
+            _SESSIONS[master] = _start(master)
         return _SESSIONS[master]
+
+
+def _start(master: str):
     import warnings
     with warnings.catch_warnings():     # PySpark's notes on pandas versions
         warnings.simplefilter("ignore")
         from pyspark.sql import SparkSession
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log4j = Path(__file__).parent / "conf" / "spark-log4j2.properties"
     # the driver JVM's logging is set when it starts: spark-submit's options
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
@@ -81,9 +89,8 @@ def spark_session(master: str = "local[*]"):
     except Exception as e:  # noqa: BLE001 - no JVM, a bad master URL: say which
         raise IotraceError(f"cannot start Spark at {master}: {str(e).splitlines()[0][:200]}"
                            " (is a Java 17+ runtime installed and JAVA_HOME set?)",
-                           EXIT_USAGE) from None
+                           EXIT_ENV) from None
     s.sparkContext.setLogLevel("ERROR")
-    _SESSIONS[master] = s
     return s
 
 
