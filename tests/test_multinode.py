@@ -114,7 +114,7 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     assert set(nodes) == {f"node{i}" for i in range(NODES)}
     # per node, the bytes of its shard its rank read (ground truth: the shard)
     import iotrace.traceset
-    ts = iotrace.traceset.open_trace_set(tset)
+    ts = iotrace.open_trace(tset)          # a set: one set of relations with `host`
     per = dict(ts.sql("""select host, sum(e.ret) from events e join files f using (host, file_id)
                          where e.op = 'read' and f.path like '%/shard_.bin'
                          group by host""").fetchall())
