@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from iotrace.engine import DUCKDB, Engine
-from iotrace.nodesummary import RATES, SUMMARY_DIR, rates_sql, read_node_report
+from iotrace.nodesummary import RATES, SUMMARY_DIR, rank_io, rates_sql, read_node_report
 from iotrace.traceset import TraceSet
 
 from .base import Targets
@@ -82,7 +82,27 @@ def _top_stall(v: dict) -> Optional[str]:
     return max(stall, key=stall.get) if stall else None
 
 
-def _node(host: str, path: str, r: dict, ranks: dict) -> dict:
+def _ranks(v: dict, ranks: dict, io: dict, targets: Targets) -> list[dict]:
+    """Per rank of the node: its training loop (when found) and its data
+    read and write rates over the node's training window, against the
+    per-GPU target (one GPU per rank, as torchrun starts them)."""
+    out = [{"rank": ranks.get(str(lp["pid"])), "pid": lp["pid"], "tid": lp["tid"],
+            "thread": lp["thread"], "data_wait_share": lp["data_wait_share"]}
+           for lp in v.get("loops", [])]
+    seen = {str(x["rank"]) for x in out}
+    out += [{"rank": int(k), "pid": None, "tid": None, "thread": None, "data_wait_share": None}
+            for k in sorted(io, key=int) if k not in seen]
+    for x in out:
+        r = io.get(str(x["rank"]))
+        x["read_bytes"] = r["read_bytes"] if r else None
+        x["read_bytes_per_s"] = r["read_bytes"] / r["window_s"] if r else None
+        x["write_bytes_per_s"] = r["write_bytes"] / r["window_s"] if r else None
+        x["per_gpu_target_ratio"] = (x["read_bytes_per_s"] / targets.per_gpu_bps
+                                     if r and targets.per_gpu_bps else None)
+    return out
+
+
+def _node(host: str, path: str, r: dict, ranks: dict, targets: Targets = Targets()) -> dict:
     v = r["verdict"]
     tw = v.get("training_window") or {}
     win = max((tw.get("end_s") or 0) - (tw.get("start_s") or 0), 0) or v.get("duration_s") or 0
@@ -96,9 +116,7 @@ def _node(host: str, path: str, r: dict, ranks: dict) -> dict:
             "data_wait_s": (v.get("time_budget_s") or {}).get("data_wait", 0.0),
             "read_target_ratio": v.get("read_target_ratio"),
             "stall_top": _top_stall(v),
-            "ranks": [{"rank": ranks.get(str(lp["pid"])), "pid": lp["pid"], "tid": lp["tid"],
-                       "thread": lp["thread"],
-                       "data_wait_share": lp["data_wait_share"]} for lp in v.get("loops", [])],
+            "ranks": _ranks(v, ranks, r.get("rank_io") or {}, targets),
             "top_finding": ({"id": top["id"], "severity": top["severity"], "title": top["title"]}
                             if top else None)}
 
@@ -262,6 +280,7 @@ def node_report(path: str, targets: Targets, thresholds_path: Optional[str],
         d = build_report(trace, targets, thresholds_path).to_dict()
         d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
             "select pid, rank from processes where rank is not null").fetchall()}
+        d["rank_io"] = rank_io(trace.con, d["verdict"])
     finally:
         trace.con.close()
     return d
@@ -299,8 +318,8 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
     for m, d in zip(todo, results):
         reports[m.host], sources[m.host] = d, "events"
     reports = {m.host: reports[m.host] for m in ts.members}
-    nodes = [_node(m.host, str(m.path), reports[m.host], reports[m.host].get("ranks", {}))
-             for m in ts.members]
+    nodes = [_node(m.host, str(m.path), reports[m.host], reports[m.host].get("ranks", {}),
+                   targets) for m in ts.members]
     strag = stragglers(nodes)
     clock = {"hosts": ts.clock,
              "error_bound_ns": (max(c["error_bound_ns"] for c in ts.clock.values())

@@ -100,7 +100,7 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     # each node's own summary served (written at the end of its run) ...
     assert set(rep["node_report_sources"].values()) == {"summary"}
     # ... and says what the raw events say (a target makes the report read them)
-    res = iotrace_cmd("report", str(tset), "--format", "json", "--target-read", "1GB/s")
+    res = iotrace_cmd("report", str(tset), "--format", "json", "--gpus", "1", "--per-gpu", "1GB/s")
     assert res.returncode == 0, res.stderr
     raw = json.loads(res.stdout)
     assert set(raw["node_report_sources"].values()) == {"events"}
@@ -121,6 +121,14 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     assert per == {f"node{i}": size for i in range(NODES)}
     for n in nodes.values():
         assert n["bytes_read"] >= size and n["accelerator_utilization"] is not None
+    # per rank: the data its processes read in the node's training window (its
+    # shard, less what was read before the first wait), against the per-GPU target
+    for i in range(NODES):
+        r = [x for x in {n["host"]: n for n in raw["nodes"]}[f"node{i}"]["ranks"]
+             if x["rank"] == i]
+        assert len(r) == 1 and 0.75 * size <= r[0]["read_bytes"] <= size, r
+        assert r[0]["per_gpu_target_ratio"] == pytest.approx(r[0]["read_bytes_per_s"] / 1e9)
+        assert r[0]["per_gpu_target_ratio"] < 1
     # the throttled node is the straggler, for its storage
     assert [s["host"] for s in rep["stragglers"]] == [f"node{slow}"], rep["stragglers"]
     s = rep["stragglers"][0]

@@ -48,6 +48,22 @@ def render_set_text(rep, console: Console) -> None:
                                  "waiting for it."),
                             title=Text(f"[STRAGGLER] {s['host']}", style="bold red"),
                             title_align="left", border_style="red"))
+    per_gpu = rep.targets.per_gpu_bps
+    if per_gpu:
+        rk = Table(title=f"ranks against the {human_rate(per_gpu)} per-GPU target (one GPU a "
+                         "rank), data read in the node's training window",
+                   title_justify="left", header_style="bold", box=None, pad_edge=False)
+        for col in ("node", "rank", "read", "of target", "data wait"):
+            rk.add_column(col, justify="left" if col == "node" else "right")
+        for n in rep.nodes:
+            for r in n["ranks"]:
+                if r["read_bytes_per_s"] is None:
+                    continue
+                ratio = r["per_gpu_target_ratio"]
+                rk.add_row(n["host"], str(r["rank"]), human_rate(r["read_bytes_per_s"]),
+                           Text(_pct(ratio), style="red" if ratio < 1 else "green"),
+                           _pct(r["data_wait_share"]))
+        console.print(rk)
     if rep.checkpoints:
         c = Table(title="checkpoints across nodes (the slowest node's part is the job's time)",
                   title_justify="left", header_style="bold", box=None, pad_edge=False)

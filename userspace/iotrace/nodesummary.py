@@ -42,6 +42,26 @@ def rates_sql(events: str = "events") -> str:
         group by all order by 1, 2"""
 
 
+def rank_io(con, verdict: dict) -> dict:
+    """Per rank (processes.rank, which forked loader workers inherit): the data
+    bytes its processes read and wrote in the node's training window, and the
+    window's seconds: what a rank's rate against a per-GPU target needs."""
+    tw = verdict.get("training_window") or {}
+    lo, hi = tw.get("start_ns"), tw.get("end_ns")
+    if lo is None or hi is None or hi <= lo:
+        return {}
+    rows = con.execute("""
+        with r as (select pid, any_value(rank) as rank from processes
+                   where rank is not null group by pid)
+        select r.rank, coalesce(sum(d.nbytes) filter (where d.dir = 'read'), 0),
+               coalesce(sum(d.nbytes) filter (where d.dir = 'write'), 0)
+        from all_data_io d join r using (pid)
+        where d.ts_ns >= ? and d.ts_ns < ?
+        group by r.rank order by 1""", [lo, hi]).fetchall()
+    return {str(rank): {"read_bytes": int(rd), "write_bytes": int(wr),
+                        "window_s": (hi - lo) / 1e9} for rank, rd, wr in rows}
+
+
 def node_report_dict(trace) -> dict:
     """The node's report with default targets, and its processes' ranks."""
     from .analyzers.base import Targets
@@ -49,6 +69,7 @@ def node_report_dict(trace) -> dict:
     d = build_report(trace, Targets()).to_dict()
     d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
         "select pid, rank from processes where rank is not null").fetchall()}
+    d["rank_io"] = rank_io(trace.con, d["verdict"])
     d["iotrace_version"] = __version__
     d["trace_schema_version"] = trace.meta.get("schema_version")
     return d

@@ -65,7 +65,7 @@ def _start(master: str):
         warnings.simplefilter("ignore")
         from pyspark.sql import SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    log4j = Path(__file__).parent / "conf" / "spark-log4j2.properties"
+    log4j = Path(__file__).parent / "spark-conf" / "log4j2.properties"
     # the driver JVM's logging is set when it starts: spark-submit's options
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
                           f"--driver-java-options -Dlog4j2.configurationFile={log4j} "
