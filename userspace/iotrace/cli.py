@@ -499,8 +499,8 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_
     Examples:
       sudo iotrace attach --pid $(pgrep -f train.py | head -1) --duration 60
       sudo iotrace attach --cgroup kubepods.slice/kubepods-pod1234.slice -o SET/host=%h
-      sudo iotrace attach --cgroup system.slice/slurmstepd.scope/job_42 --follow \
-          -o /shared/traces/42/host=%h          # from a Slurm prolog (docs/multinode.md)
+      sudo iotrace attach --follow --cgroup system.slice/slurmstepd.scope/job_42 \\
+          -o /shared/traces/42/host=%h     # from a Slurm prolog (docs/multinode.md)
     """
     check_can_trace()
     if not pids and not cgroup:
