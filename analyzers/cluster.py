@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from iotrace.engine import DUCKDB, Engine
-from iotrace.nodesummary import RATES, SUMMARY_DIR, rank_io, rates_sql, read_node_report
+from iotrace.nodesummary import RATES, SUMMARY_DIR, add_ranks, rates_sql, read_node_report
 from iotrace.traceset import TraceSet
 
 from .base import Targets
@@ -148,10 +148,10 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
     return out
 
 
-def timeline(ts: TraceSet, engine: Engine = DUCKDB) -> list[dict]:
+def timeline(ts: TraceSet, engine: Engine = DUCKDB) -> tuple[list[dict], Optional[int]]:
     """Read and write bytes per second of the whole job on the common axis,
     from each node's summary (rates.parquet), or the same computed from its
-    raw events where it has none."""
+    raw events where it has none; and the axis' origin (wall ns of t_s 0)."""
     con = ts.con if engine == DUCKDB else engine.connect()
     parts = []
     for i, m in enumerate(ts.members):
@@ -200,11 +200,14 @@ def aligned_checkpoints(ts: TraceSet, reports: dict[str, dict], origin_ns: Optio
                           ranks.get(str(c["pid"])), c))
     items.sort(key=lambda x: (x[0], x[2]))
     groups: list[list] = []
+    end = 0                             # the current group's last end
     for it in items:
-        if groups and it[0] <= max(x[1] for x in groups[-1]) + gap_s * 1e9:
+        if groups and it[0] <= end + gap_s * 1e9:
             groups[-1].append(it)
+            end = max(end, it[1])
         else:
             groups.append([it])
+            end = it[1]
     base = origin_ns if origin_ns is not None else (items[0][0] if items else 0)
     out = []
     for g in groups:
@@ -277,10 +280,7 @@ def node_report(path: str, targets: Targets, thresholds_path: Optional[str],
     """One node's report from its raw events, as JSON (run in a worker)."""
     trace = engine.open_trace(path)
     try:
-        d = build_report(trace, targets, thresholds_path).to_dict()
-        d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
-            "select pid, rank from processes where rank is not null").fetchall()}
-        d["rank_io"] = rank_io(trace.con, d["verdict"])
+        d = add_ranks(trace, build_report(trace, targets, thresholds_path).to_dict())
     finally:
         trace.con.close()
     return d

@@ -43,3 +43,8 @@ def fmt_key(key: str) -> str:
 
 def rel_time(ts_ns: int, t0_ns: int) -> str:
     return f"+{(ts_ns - t0_ns) / 1e9:.3f} s"
+
+
+def pct(x) -> str:
+    """A share as a whole percentage, '-' when unknown."""
+    return "-" if x is None else f"{x:.0%}"

@@ -10,6 +10,7 @@ import numpy as np
 
 from iotrace.analyzers.rates import human_bytes, human_rate
 
+from .common import pct as _pct
 from .html import (CSS, READ_COLOUR, STATUS, WIDE_IN, WRITE_COLOUR, _figure, _inline_svg,
                    _scale, _svg_text, _version, e)
 
@@ -17,10 +18,6 @@ MAX_BINS = 300          # time columns of the heat map, at most
 EXTRA_CSS = """
 tr.straggler td:first-child { color: var(--high); font-weight: 700; }
 """
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{x:.0%}"
 
 
 def render_set_html(rep) -> str:

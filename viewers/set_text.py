@@ -10,11 +10,8 @@ from rich.text import Text
 
 from iotrace.analyzers.rates import human_bytes, human_rate
 
+from .common import pct as _pct
 from .text import COLOURS, STATUS
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{x:.0%}"
 
 
 def render_set_text(rep, console: Console) -> None:

@@ -513,9 +513,9 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_
     roots = list(dict.fromkeys(pids))
     if cgroup:
         from .procfs import cgroup_dir, cgroup_roots
-        found = [p for p in cgroup_roots(cgroup, follow) if p not in roots]
-        # followed, the cgroup's processes are the recorder's to find
-        roots += [] if follow else found
+        in_cgroup = cgroup_roots(cgroup, follow)      # checks the path either way
+        if not follow:          # followed, the cgroup's processes are the recorder's to find
+            roots += [p for p in in_cgroup if p not in roots]
     if len(roots) > 64:
         fail(f"{len(roots)} separate process trees to attach to; at most 64: give the "
              "cgroup of one job, or add --follow", EXIT_USAGE)

@@ -62,14 +62,20 @@ def rank_io(con, verdict: dict) -> dict:
                         "window_s": (hi - lo) / 1e9} for rank, rd, wr in rows}
 
 
+def add_ranks(trace, d: dict) -> dict:
+    """A node's report dict with its processes' ranks (pid: rank) and each
+    rank's data I/O in the training window: what a set's report reads."""
+    d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
+        "select pid, rank from processes where rank is not null").fetchall()}
+    d["rank_io"] = rank_io(trace.con, d["verdict"])
+    return d
+
+
 def node_report_dict(trace) -> dict:
     """The node's report with default targets, and its processes' ranks."""
     from .analyzers.base import Targets
     from .analyzers.report import build_report
-    d = build_report(trace, Targets()).to_dict()
-    d["ranks"] = {str(pid): rank for pid, rank in trace.con.execute(
-        "select pid, rank from processes where rank is not null").fetchall()}
-    d["rank_io"] = rank_io(trace.con, d["verdict"])
+    d = add_ranks(trace, build_report(trace, Targets()).to_dict())
     d["iotrace_version"] = __version__
     d["trace_schema_version"] = trace.meta.get("schema_version")
     return d

@@ -75,7 +75,6 @@ class Session:
         self.end: Optional[dict] = None
         self.errors: list[dict] = []
         self.exec_errno = 0
-        self.joined = 0             # processes that joined a followed cgroup
         self.next_seg = 0
         self.progress = Progress()
         self.clock = ClockLog()
@@ -174,7 +173,6 @@ class Session:
         elif kind == "joined":      # a process entered the followed cgroup
             if msg["pid"] not in self.model.procs:
                 procfs.snapshot_process(self.model, msg["pid"], msg["monotonic_ns"])
-            self.joined += 1
         elif kind == "exec-error":
             self.exec_errno = msg["errno"]
         elif kind == "error":

@@ -211,10 +211,15 @@ class SparkConnection:
     def sql(self, sql: str, params=None):
         return self.execute(sql, params)
 
+    @staticmethod
+    def _target(tree) -> str:
+        """The table a CREATE or INSERT names (`x`, or `x (columns)`)."""
+        return tree.this.name if isinstance(tree.this, exp.Table) else tree.this.this.name
+
     def _run(self, tree) -> SparkResult:
         if isinstance(tree, exp.Create) and tree.kind == "TABLE":
-            # CREATE [TEMP] TABLE x AS SELECT: a cached DataFrame under a temp view
-            name = tree.this.name if isinstance(tree.this, exp.Table) else tree.this.this.name
+            # CREATE [TEMP] TABLE x AS SELECT: a checkpointed DataFrame under a temp view
+            name = self._target(tree)
             if tree.expression is not None:
                 df = self.spark.sql(self.spark_sql(tree.expression))
             else:       # CREATE TABLE x (col type, ...): empty, to INSERT into
@@ -229,7 +234,7 @@ class SparkConnection:
             self.spark.sql(self.spark_sql(tree))
             return SparkResult(None)
         if isinstance(tree, exp.Insert):
-            name = tree.this.name if isinstance(tree.this, exp.Table) else tree.this.this.name
+            name = self._target(tree)
             new = self.spark.sql(self.spark_sql(tree.expression))
             old = self._tables.get(name)
             if old is None:
