@@ -38,7 +38,7 @@ deps:
 # The tests also trace real h5py and PyTorch (CPU) workloads: torch's wheels
 # are large (~3.5 GB with their CUDA dependencies), so only `make test` installs them.
 $(VENV)/.workloads: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[test,workloads,vm,spark]'
+	$(VENV)/bin/pip install -q -e '.[test,workloads,vm,spark,objstore]'
 	touch $@
 
 # DLIO with its PyTorch loader only (no TensorFlow/DALI): see tests/dlio/install.sh.
@@ -69,12 +69,12 @@ $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
 
-BPF_OBJS := iotrace block aio netfs rdma verbs
+BPF_OBJS := iotrace block aio netfs rdma verbs tls
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o)
-RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c)
+RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c)
 
-$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h $(BUILD)/vmlinux.h
+$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
 
 $(BUILD)/%.skel.h: $(BUILD)/%.bpf.o

@@ -47,6 +47,7 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 #include "shared_maps.h"
 #include "task_state.h"
 #include "user_iov.h"
+#include "http_capture.h"
 
 
 /* Scratch space for records that carry a payload (paths, argv, names). */
@@ -468,6 +469,7 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		e->fd = a[0];
 		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
 		e->offset = st->pos;
+		e->mode = st->xmode;
 		break;
 	case IOT_PREAD64: case IOT_PWRITE64:
 		e->fd = a[0];
@@ -733,6 +735,59 @@ static __always_inline int emit_with_paths(struct task_struct *task, struct infl
 	return 0;
 }
 
+/* The inet socket calls whose data or address is captured. */
+static __always_inline bool inet_capture_call(struct inflight *st)
+{
+	if ((st->imode != S_IFSOCK_) || (st->xmode != AF_INET_ && st->xmode != AF_INET6_))
+		return false;
+	switch (st->op) {
+	case IOT_READ: case IOT_WRITE: case IOT_READV: case IOT_WRITEV:
+	case IOT_RECVFROM: case IOT_SENDTO: case IOT_RECVMSG: case IOT_SENDMSG:
+	case IOT_CONNECT:
+		return true;
+	}
+	return false;
+}
+
+/* A socket call of the job that moved the start of an HTTP message, or a
+ * connect: the record with its payload (http_capture.h). False when there is
+ * nothing to capture: the plain record is written instead. */
+static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+{
+	struct big_event *b;
+	__u64 buf, len = 0;
+	__u32 zero = 0, n;
+	__u16 flag;
+
+	if (st->op == IOT_CONNECT) {
+		buf = st->a[1];
+		len = st->a[2] > 28 ? 28 : st->a[2];   /* sizeof(struct sockaddr_in6) */
+		flag = IOT_EF_NET_ADDR;
+	} else {
+		if (ret <= 0)
+			return false;
+		buf = sock_call_buffer(st->op, st->a, &len);
+		if (len > (__u64)ret)
+			len = ret;
+		if (!http_buffer(buf, len))
+			return false;
+		flag = IOT_EF_NET_DATA;
+	}
+	b = bpf_map_lookup_elem(&scratch, &zero);
+	if (!b)
+		return false;
+	fill_common(&b->ev, st, now, pid_tgid, ret);
+	n = capture_bytes(b->s, buf, len);
+	if (!n)
+		return false;
+	b->ev.eflags |= flag;
+	b->ev.str_len = n;
+	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)),
+			       rb_flags()))
+		count(IOT_CNT_DROPS);
+	return true;
+}
+
 static __always_inline int on_exit(struct pt_regs *regs, long ret)
 {
 	struct task_struct *task;
@@ -766,7 +821,9 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 			bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
 	}
 	p1 = path_args(st->op, &p2);
-	if (p1 >= 0)
+	if (inet_capture_call(st) && emit_inet(st, now, pid_tgid, ret))
+		;
+	else if (p1 >= 0)
 		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
 	else
 		emit_plain(st, now, pid_tgid, ret);

@@ -153,6 +153,14 @@ enum iot_op {
 	 * additions to one file: ts_ns = first, dur_ns = to the last, ret =
 	 * bytes, ino/dev = the file */
 	IOT_CACHE_FILL,
+	/* TLS library calls (bpf/tls.bpf.c: OpenSSL SSL_read/SSL_write and their
+	 * _ex forms, GnuTLS gnutls_record_recv/send), entry to return: arg = the
+	 * session (SSL * or gnutls_session_t), req_bytes = buffer bytes, ret =
+	 * plaintext bytes moved (<= 0: the library's failure value), flags = the
+	 * library (IOT_TLS_LIB_*), fd = -1 (tied to the socket by the system call
+	 * the TLS call makes on the same thread); payload = the plaintext's first
+	 * bytes when they start an HTTP message (IOT_EF_NET_DATA) */
+	IOT_TLS_READ, IOT_TLS_WRITE,
 	IOT_OP_COUNT
 };
 
@@ -163,6 +171,12 @@ enum iot_op {
 #define IOT_EF_KTHREAD     8  /* block request a kernel thread submitted for the job
 				 (writeback, or bios an I/O throttle held back) */
 #define IOT_EF_FIXED_FILE 16  /* io_uring: fd is an index into the ring's registered files */
+#define IOT_EF_NET_DATA   32  /* payload: the first bytes of an HTTP message the call moved */
+#define IOT_EF_NET_ADDR   64  /* connect: payload = the peer's sockaddr */
+
+/* iot_event.flags of IOT_TLS_* records */
+#define IOT_TLS_LIB_OPENSSL 1
+#define IOT_TLS_LIB_GNUTLS  2
 
 /*
  * One record per call or event, 96 bytes. A payload (paths, argv, name) of

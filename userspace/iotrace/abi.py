@@ -72,6 +72,7 @@ OP_NAMES = [
     "io_uring_other",
     "aio_read", "aio_write", "aio_fsync", "aio_other",
     "cache_fill",
+    "tls_read", "tls_write",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
@@ -127,6 +128,10 @@ EF_IOV_TRUNC = 2
 EF_NO_FILE = 4
 EF_KTHREAD = 8   # block request a kernel thread submitted for the job
 EF_FIXED_FILE = 16   # io_uring: fd is an index into the ring's registered files
+EF_NET_DATA = 32     # payload: the first bytes of an HTTP message the call moved
+EF_NET_ADDR = 64     # connect: payload = the peer's sockaddr
+TLS_OPS = ("tls_read", "tls_write")
+TLS_LIBS = {1: "openssl", 2: "gnutls"}
 
 AT_FDCWD = -100
 

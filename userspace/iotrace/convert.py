@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .abi import (ANON_INODE_FS_MAGIC, EVENT_DTYPE, NAMED_PAYLOAD_OPS, OP, OP_NAMES,
+from .abi import (ANON_INODE_FS_MAGIC, EF_NET_ADDR, EF_NET_DATA, EVENT_DTYPE,
+                  NAMED_PAYLOAD_OPS, OP, OP_NAMES,
                   S_IFBLK, S_IFCHR,
                   S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK)
+from .http_head import peer_address, summarize
 from .model import Model
 
 # Ops that pass through the model (state changes or string payloads).
@@ -51,6 +53,7 @@ EVENTS_SCHEMA = pa.schema([
     ("path2", pa.dictionary(pa.int32(), pa.string())),
     ("eflags", pa.int16()),
     ("chan_ino", pa.int64()),
+    ("http", pa.dictionary(pa.int32(), pa.string())),
 ])
 
 
@@ -162,6 +165,26 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
     for i, fid in overrides.items():
         file_id[i] = fid
 
+    # socket and TLS calls that moved an HTTP message's start, and connects:
+    # the message's kept part (http_head.py), the peer's address as the path
+    http_idx = np.full(n, -1, dtype=np.int32)
+    http_values: list[str] = []
+    for i in np.flatnonzero(recs["eflags"] & (EF_NET_DATA | EF_NET_ADDR)).tolist():
+        data = payloads.get(i)
+        if not data:
+            continue
+        if recs["eflags"][i] & EF_NET_ADDR:
+            peer = peer_address(data)
+            if peer:
+                path_idx[i] = intern(peer)
+            continue
+        text = summarize(data)
+        if text is None:
+            model.counters["http_captures_not_http"] += 1
+            continue
+        http_idx[i] = len(http_values)
+        http_values.append(text)
+
     op_codes = np.where(in_range, ops, 0).astype(np.int16)
     table = pa.table({
         "ts_ns": recs["ts_ns"].astype(np.int64),
@@ -183,6 +206,7 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
         "path2": _dict_column(path2_idx, path_values),
         "eflags": recs["eflags"].astype(np.int16),
         "chan_ino": channel_inodes(recs),
+        "http": _dict_column(http_idx, http_values),
     }, schema=EVENTS_SCHEMA)
     ts = recs["ts_ns"]
     if n > 1 and not (ts[1:] >= ts[:-1]).all():

@@ -89,6 +89,8 @@ class Model:
             # page faults and block requests on files the job never opened
             # (the executable and loader the kernel maps at exec)
             "storage_rows_without_file": 0,
+            # captured message starts that did not parse as HTTP
+            "http_captures_not_http": 0,
         }
         # called with a process after its exec (the session reads its rank
         # from /proc: the environment is not in the events)

@@ -173,6 +173,9 @@ class Session:
         elif kind == "joined":      # a process entered the followed cgroup
             if msg["pid"] not in self.model.procs:
                 procfs.snapshot_process(self.model, msg["pid"], msg["monotonic_ns"])
+        elif kind == "tls-library":   # a TLS library the job mapped, probed from now on
+            probes = self.meta.setdefault("probes", {})
+            probes.setdefault("tls_libraries_mapped", []).append(msg["path"])
         elif kind == "exec-error":
             self.exec_errno = msg["errno"]
         elif kind == "error":
@@ -319,6 +322,7 @@ class Session:
                                            "signal": job & 0x7F or None}
         try:
             self.writer.write_tables(self.model)
+            meta_updates.update(self.writer.write_requests())
             self.writer.write_meta(**meta_updates)
         except OSError as e:
             self.final_write_error = e.strerror or str(e)

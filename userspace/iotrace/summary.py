@@ -10,6 +10,7 @@ from rich.table import Table
 from .doctor import skipped_by_reason
 from .abi import FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
+from .endpoints import endpoints
 from .storage_io import files_and_devices
 from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
 
@@ -112,6 +113,28 @@ def print_summary(t: Trace, console: Console) -> None:
             files.add_row(path or "?", human_bytes(rd), human_bytes(wr), f"{calls:,}")
         console.print(files)
     print_storage(t, console)
+    print_endpoints(t, console)
+
+
+def print_endpoints(t: Trace, console: Console) -> None:
+    """HTTP requests per endpoint, and connections iotrace could not read."""
+    ep = endpoints(t)
+    for e in ep["endpoints"]:
+        codes = ", ".join(f"{k} x{n}" for k, n in e["status_counts"].items())
+        extra = ""
+        if e["throttled"] or e["retries"]:
+            extra = f"; [yellow]{e['throttled']} throttled, {e['retries']} retries[/yellow]"
+        console.print(
+            f"  endpoint {e['host']}:{e['port']}{' (TLS)' if e['tls'] else ''}: "
+            f"{e['requests']:,} requests ({codes}), got {human_bytes(e['object_bytes_read'])}"
+            f" at {human_bytes(e['read_bytes_per_s'])}/s, put "
+            f"{human_bytes(e['object_bytes_written'])}; first byte p50 "
+            f"{(e['ttfb_ms_p50'] or 0):.1f} ms, up to {e['max_in_flight']} in flight{extra}")
+    for o in ep["opaque_connections"]:
+        console.print(
+            f"  [yellow]connections not read as HTTP[/yellow] to {o['host']}:{o['port']}: "
+            f"{o['connections']} ({human_bytes(o['bytes_received'])} in, "
+            f"{human_bytes(o['bytes_sent'])} out; TLS iotrace does not see, or not HTTP)")
 
 
 def print_storage(t: Trace, console: Console) -> None:
@@ -150,4 +173,5 @@ def summary_json(t: Trace) -> dict:
         "ops": [{"op": op, "calls": calls, "bytes": nbytes, "time_s": time_s,
                  "errors": errors} for op, calls, nbytes, time_s, errors in s.ops],
         **files_and_devices(t),
+        **endpoints(t),
     }

@@ -43,6 +43,16 @@ class Trace:
     def threads(self) -> duckdb.DuckDBPyRelation:
         return self.con.table("threads")
 
+    @property
+    def requests(self) -> duckdb.DuckDBPyRelation:
+        """HTTP requests of the job (plain and TLS): requests.py."""
+        return self.con.table("requests")
+
+    @property
+    def connections(self) -> duckdb.DuckDBPyRelation:
+        """TCP connections the job opened."""
+        return self.con.table("connections")
+
     def sql(self, query: str, params: Optional[list] = None) -> duckdb.DuckDBPyRelation:
         return self.con.sql(query, params=params) if params else self.con.sql(query)
 
@@ -77,8 +87,11 @@ def read_meta(root: Path) -> dict:
     return meta
 
 
-def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "") -> None:
-    """Views {prefix}events, files, processes, threads over a trace's Parquet files."""
+def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
+                 derived: bool = True) -> None:
+    """Views {prefix}events, files, processes, threads, requests and
+    connections over a trace's Parquet files (derived: also requests and
+    connections, computed from the events for a trace that lacks them)."""
     parts = sorted((root / "events").glob("part-*.parquet"))
     ev = f"{prefix}events"
     try:
@@ -108,8 +121,24 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "") -
                 # before schema 1.4: no ranks
                 con.execute(f"create or replace view {prefix}{name} as select *, "
                             f"null::integer as rank, null::integer as local_rank from {src}")
+        if derived:
+            _request_views(con, root, prefix)
     except duckdb.Error as e:
         raise IotraceError(f"{root}: cannot read the trace tables ({e})", EXIT_TRACE)
+
+
+def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
+    names = ("requests", "connections")
+    if all((root / f"{n}.parquet").exists() for n in names):
+        for n in names:
+            q = str(root / f"{n}.parquet").replace("'", "''")
+            con.execute(f"create or replace view {prefix}{n} as select * from "
+                        f"read_parquet('{q}', hive_partitioning = false)")
+        return
+    from .requests import derive
+    for n, table in zip(names, derive(root)):
+        con.register(f"_{prefix}{n}_arrow", table)
+        con.execute(f"create or replace view {prefix}{n} as select * from _{prefix}{n}_arrow")
 
 
 def open_trace(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Trace:

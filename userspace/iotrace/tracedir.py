@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pyarrow as pa
+import duckdb
 import pyarrow.parquet as pq
 
 from .model import Model, kernel_dev_to_major_minor
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 # Column names and DuckDB types of events (for an empty trace's view).
 EVENTS_SCHEMA_NAMES = [
@@ -31,7 +32,7 @@ EVENTS_SCHEMA_NAMES = [
     ("op", "varchar"), ("fd", "integer"), ("offset", "bigint"), ("req_bytes", "bigint"),
     ("ret", "bigint"), ("file_id", "bigint"), ("fd_kind", "varchar"), ("flags", "bigint"),
     ("mode", "integer"), ("arg", "bigint"), ("path", "varchar"), ("path2", "varchar"),
-    ("eflags", "smallint"), ("chan_ino", "bigint"),
+    ("eflags", "smallint"), ("chan_ino", "bigint"), ("http", "varchar"),
 ]
 
 FILES_SCHEMA = pa.schema([
@@ -198,6 +199,21 @@ class TraceWriter:
                             ("threads", threads_table(model))):
             atomic_write_table(table, self.root / f"{name}.parquet")
             self._own(self.root / f"{name}.parquet")
+
+    def write_requests(self) -> dict:
+        """requests.parquet and connections.parquet from the events written
+        (requests.py); their row counts for meta.json."""
+        from . import requests
+        from .trace import create_views
+        con = duckdb.connect()
+        try:
+            create_views(con, self.root, derived=False)
+            counts = requests.build(con, self.root)
+        finally:
+            con.close()
+        for name in ("requests", "connections"):
+            self._own(self.root / f"{name}.parquet")
+        return {"requests": counts["requests"], "connections": counts["connections"]}
 
     def write_meta(self, **updates: Any) -> None:
         self.meta.update(updates)

@@ -20,6 +20,7 @@
 #include "rdma.skel.h"
 #include "verbs.skel.h"
 #include "objects.h"
+#include "tls.h"
 
 #define CORE(name, tp, prog, req) { name, tp, NULL, prog, req }
 #define MOD(name, tp, module, prog) { name, tp, module, prog, false }
@@ -169,7 +170,14 @@ void all_probes_json(char *buf, size_t len, bool attached)
 		if (off >= len)
 			break;
 	}
-	snprintf(buf + off, len - off, off ? "]" : "[]");
+	if (off < len) {
+		static char tls[16384];
+		tls_probes_json(tls, sizeof(tls), attached);
+		if (tls[0])
+			off += snprintf(buf + off, len - off, "%s%s", off ? "," : "[", tls);
+	}
+	if (off < len)
+		snprintf(buf + off, len - off, off ? "]" : "[]");
 }
 
 /* The library whose verbs are probed: --verbs-lib, else the system's. */
@@ -445,17 +453,19 @@ void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 }
 
 void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
-			     const char *verbs_lib)
+			     const char *verbs_lib, const char *const *tls_libs)
 {
 	attach_probes(block_probes, NPROBES(block_probes));
 	attach_probes(aio_probes, NPROBES(aio_probes));
 	attach_probes(netfs_probes, NPROBES(netfs_probes));
 	attach_probes(rdma_probes, NPROBES(rdma_probes));
 	o->verbs = load_verbs(core, verbs_lib, o->uprobe_multi);
+	tls_start(core, tls_libs, o->uprobe_multi);
 }
 
 void detach_all_probes(void)
 {
+	tls_stop();
 	for (int k = 0; k < 2; k++) {
 		if (multi_fds[k] >= 0)
 			close(multi_fds[k]);

@@ -28,9 +28,10 @@ struct optional_objects {
 void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 			   struct btf *vmlinux);
 /* After: attach them, then load and attach the verbs uprobes (verbs_lib:
- * the libibverbs to probe, NULL for the system's, "none" for no verbs). */
+ * the libibverbs to probe, NULL for the system's, "none" for no verbs) and
+ * the TLS uprobes (tls.h; tls_libs: more libraries, or {"none"}). */
 void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
-			     const char *verbs_lib);
+			     const char *verbs_lib, const char *const *tls_libs);
 /* The libibverbs file the verbs uprobes are on (NULL: none). */
 const char *probed_verbs_library(void);
 /* The JSON list of every attached probe's name, or of every skipped

@@ -36,6 +36,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "cgroup_follow.h"
+#include "tls.h"
 #include "iotrace.h"
 #include "iotrace.skel.h"
 #include "objects.h"
@@ -56,6 +57,8 @@ struct options {
 	bool check;
 	bool verbose;
 	const char *verbs_lib;
+	const char *tls_libs[9];	/* --tls-lib, NULL-terminated */
+	int ntls_libs;
 	pid_t pids[64];
 	int npids;
 	const char *follow_cgroup;	/* also trace processes that join this cgroup */
@@ -214,6 +217,8 @@ static int on_record(void *ctx, void *data, size_t size)
 	}
 	sp.nrec++;
 	tot.events++;
+	if (e->op == IOT_MMAP && (e->mode & 4 /* PROT_EXEC */) && e->ret >= 0)
+		tls_note_exec_map(e->pid);  /* a library, maybe a TLS one: probe it */
 	if (e->ret > 0) {
 		if (is_read_op(e->op))
 			tot.bytes_read += e->ret;
@@ -391,8 +396,26 @@ static void usage(FILE *f)
 		"  --duration S       stop after S seconds (attach mode)\n"
 		"  --verbs-lib PATH   libibverbs to probe (default: the system's, when there is\n"
 		"                     an RDMA device; \"none\": no verbs probes)\n"
+		"  --tls-lib PATH     also probe this OpenSSL/GnuTLS library (repeatable; the\n"
+		"                     system's and those the job maps are probed anyway;\n"
+		"                     \"none\": no TLS probes)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
+}
+
+/* A TLS library a traced process mapped, probed from now on. */
+static void tls_probed(const char *path, int nprobes)
+{
+	char esc[1024];
+	size_t k = 0;
+
+	for (const char *c = path; *c && k + 2 < sizeof(esc); c++) {
+		if (*c == '"' || *c == '\\')
+			esc[k++] = '\\';
+		esc[k++] = *c;
+	}
+	esc[k] = 0;
+	status("{\"type\":\"tls-library\",\"path\":\"%s\",\"probes\":%d}", esc, nprobes);
 }
 
 static int parse_args(int argc, char **argv)
@@ -410,6 +433,7 @@ static int parse_args(int argc, char **argv)
 		{ "duration", required_argument, 0, 'd' },
 		{ "check", no_argument, 0, 'c' },
 		{ "verbs-lib", required_argument, 0, 'L' },
+		{ "tls-lib", required_argument, 0, 'T' },
 		{ "verbose", no_argument, 0, 'v' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0 },
@@ -438,6 +462,13 @@ static int parse_args(int argc, char **argv)
 		case 'd': opt.duration_s = strtod(optarg, NULL); break;
 		case 'c': opt.check = true; break;
 		case 'L': opt.verbs_lib = optarg; break;
+		case 'T':
+			if (opt.ntls_libs == 8) {
+				say("at most 8 --tls-lib");
+				return -1;
+			}
+			opt.tls_libs[opt.ntls_libs++] = optarg;
+			break;
 		case 'v': opt.verbose = true; break;
 		case 'F': opt.follow_cgroup = optarg; break;
 		case 'h': usage(stdout); exit(0);
@@ -479,7 +510,7 @@ int main(int argc, char **argv)
 	int go[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	int rc = EXIT_SETUP, job_status = -1, exec_errno = 0;
 	static char attached[16384], skipped[32768];
-	__u64 t0, last_rotate, last_stats, last_follow;
+	__u64 t0, last_rotate, last_stats, last_follow, last_tls;
 	const char *stop_reason = "done";
 
 	if (parse_args(argc, argv))
@@ -585,7 +616,7 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
-	attach_optional_objects(&extra, skel->obj, opt.verbs_lib);
+	attach_optional_objects(&extra, skel->obj, opt.verbs_lib, opt.tls_libs);
 	all_probes_json(attached, sizeof(attached), true);
 	all_probes_json(skipped, sizeof(skipped), false);
 
@@ -644,7 +675,7 @@ int main(int argc, char **argv)
 			status("{\"type\":\"exec-error\",\"errno\":%d}", exec_errno);
 	}
 
-	last_rotate = last_stats = last_follow = t0;
+	last_rotate = last_stats = last_follow = last_tls = t0;
 	rc = 0;
 	for (;;) {
 		int n = ring_buffer__poll(rb, 50);
@@ -686,6 +717,10 @@ int main(int argc, char **argv)
 		if (opt.cmd && job_status >= 0 && skel->bss->live_procs <= 0) {
 			stop_reason = "exited";
 			break;
+		}
+		if (now - last_tls >= 200000000ull) {
+			tls_scan(opt.pids, opt.npids, tls_probed);
+			last_tls = now;
 		}
 		if (opt.follow_cgroup && now - last_follow >= 200000000ull) {
 			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);

@@ -1,0 +1,97 @@
+"""Per endpoint (host and port the job sent HTTP requests to, or a peer it
+exchanged bytes with that iotrace could not read as HTTP): requests, bytes,
+statuses, latency and concurrency. `iotrace summary` prints them; the JSON
+summary's `endpoints` and the object-storage findings use them.
+"""
+from __future__ import annotations
+
+from .trace import Trace
+
+ENDPOINTS_SQL = """
+with r as (select * from requests),
+spans as (
+    select host, port, ts_ns as t, 1 as d from r
+    union all select host, port, ts_ns + dur_ns as t, -1 as d from r
+),
+conc as (
+    select host, port, max(c) as max_in_flight from (
+        select host, port, sum(d) over (partition by host, port order by t, d
+                                        rows between unbounded preceding and current row) as c
+        from spans) group by all
+),
+agg as (
+    select host, port,
+           count(*) as requests,
+           sum(bytes_received) as bytes_received,
+           sum(bytes_sent) as bytes_sent,
+           sum(bytes) filter (where method = 'GET' and status between 200 and 299) as bytes_got,
+           sum(bytes) filter (where method in ('PUT', 'POST') and status between 200 and 299)
+               as bytes_put,
+           count(*) filter (where status in (429, 503) or error_code in
+                            ('SlowDown', 'Throttling', 'ThrottlingException',
+                             'RequestLimitExceeded', 'TooManyRequestsException')) as throttled,
+           count(*) filter (where retry) as retries,
+           count(*) filter (where status is null) as no_response,
+           bool_or(tls) as tls,
+           min(ts_ns) as first_ns, max(ts_ns + dur_ns) as last_ns,
+           sum(dur_ns) as busy_ns,
+           quantile_cont(ttfb_ns, 0.5) / 1e6 as ttfb_ms_p50,
+           quantile_cont(dur_ns, 0.5) / 1e6 as dur_ms_p50,
+           quantile_cont(dur_ns, 0.99) / 1e6 as dur_ms_p99,
+           count(distinct pid) as processes
+    from r group by all
+),
+st as (
+    select host, port, list(struct_pack(k := coalesce(status::varchar, 'none'), n := n)) as s
+    from (select host, port, status, count(*) as n from r group by all) group by all
+)
+select a.*, c.max_in_flight, st.s as statuses
+from agg a join conc c using (host, port) join st using (host, port)
+order by a.bytes_received + a.bytes_sent desc, a.requests desc
+"""
+
+# Connections on which no HTTP message was read: TLS the probes did not see
+# (a statically linked or non-OpenSSL/GnuTLS client: AWS CRT's s2n, Go), or
+# not HTTP at all.
+OPAQUE_SQL = """
+select peer_ip as host, peer_port as port, count(*) as connections,
+       sum(bytes_received) as bytes_received, sum(bytes_sent) as bytes_sent,
+       sum(call_ns) / 1e9 as call_s, count(distinct pid) as processes
+from connections
+where requests = 0 and bytes_received + bytes_sent > 0
+group by all order by sum(bytes_received) + sum(bytes_sent) desc
+"""
+
+
+def endpoints(t: Trace) -> dict:
+    """{"endpoints": [...], "requests_total": n, "opaque_connections": [...]}."""
+    out = []
+    for row in t.con.execute(ENDPOINTS_SQL).fetchall():
+        d = dict(zip([c[0] for c in t.con.description], row))
+        span_s = max((d.pop("last_ns") - d.pop("first_ns")) / 1e9, 1e-9)
+        statuses = {s["k"]: s["n"] for s in d.pop("statuses")}
+        busy = d.pop("busy_ns")
+        out.append({
+            "host": d["host"], "port": d["port"], "tls": bool(d["tls"]),
+            "requests": d["requests"],
+            "bytes_received": int(d["bytes_received"] or 0),
+            "bytes_sent": int(d["bytes_sent"] or 0),
+            "object_bytes_read": int(d["bytes_got"] or 0),
+            "object_bytes_written": int(d["bytes_put"] or 0),
+            "status_counts": dict(sorted(statuses.items())),
+            "throttled": d["throttled"], "retries": d["retries"],
+            "no_response": d["no_response"],
+            "active_s": span_s,
+            "read_bytes_per_s": (d["bytes_got"] or 0) / span_s,
+            "requests_per_s": d["requests"] / span_s,
+            "mean_in_flight": busy / 1e9 / span_s,
+            "max_in_flight": d["max_in_flight"],
+            "ttfb_ms_p50": d["ttfb_ms_p50"], "duration_ms_p50": d["dur_ms_p50"],
+            "duration_ms_p99": d["dur_ms_p99"], "processes": d["processes"],
+        })
+    opaque = [dict(zip([c[0] for c in t.con.description], row))
+              for row in t.con.execute(OPAQUE_SQL).fetchall()]
+    for o in opaque:
+        o["bytes_received"], o["bytes_sent"] = int(o["bytes_received"]), int(o["bytes_sent"])
+    return {"endpoints": out, "requests_total": sum(e["requests"] for e in out),
+            "opaque_connections": opaque}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+#ifndef TLS_H
+#define TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <bpf/libbpf.h>
+
+/*
+ * TLS plaintext probes (bpf/tls.bpf.c) on every OpenSSL (libssl) and GnuTLS
+ * library the job uses: the system's at start, those given with --tls-lib,
+ * and those the traced processes map later (a conda env's, a wheel's),
+ * found by reading their /proc/PID/maps. A library is probed once (by file
+ * identity), for every process; the BPF side keeps the traced ones.
+ */
+
+/* Loads the object (sharing the core's maps) and probes the system's
+ * libraries and the given ones. given: NULL-terminated paths, or
+ * {"none", NULL} for no TLS probes. */
+void tls_start(struct bpf_object *core, const char *const *given, bool multi);
+
+/* A traced process mapped a file executable (an mmap record): its maps are
+ * read at the next tls_scan. */
+void tls_note_exec_map(int pid);
+
+/* Reads the maps of the processes noted since the last scan (and of pids,
+ * the processes attached to, on the first call) and probes the TLS
+ * libraries not probed yet; calls said(path, nprobes) for each. */
+void tls_scan(const int *pids, int npids, void (*said)(const char *path, int nprobes));
+
+/* JSON list items ("name" or {probe, why}) for all_probes_json, without the
+ * brackets; empty when none. */
+void tls_probes_json(char *buf, size_t len, bool attached);
+
+void tls_stop(void);
+
+#endif
