@@ -1,0 +1,148 @@
+"""Object storage: real S3 clients (boto3, s3fs) against a real S3 server process
+(moto's server mode) on loopback, plain HTTP and TLS (a local CA), through a
+proxy that answers 503 SlowDown to every N-th request. The requests table must
+equal what the clients did (their own record of keys, sizes and retries) and
+what the proxy saw (its count of requests and throttled answers)."""
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+import pytest
+
+from conftest import WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
+
+objstore = pytest.importorskip("objstore")
+pytest.importorskip("moto")
+pytest.importorskip("boto3")
+
+pytestmark = needs_root()
+
+N_OBJECTS, SIZE, RANGES = 20, 10_000, 5
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    d = tmp_path_factory.mktemp("s3")
+    with objstore.moto_server(d / "moto.log") as port:
+        objstore.create_bucket(port, "data")
+        yield port, d
+
+
+def run_client(tmp_path, endpoint: str, ca=None, extra=()):
+    out = tmp_path / "client.json"
+    cmd = [sys.executable, str(WORKLOADS / "s3_client.py"), "--endpoint", endpoint,
+           "--bucket", "data", "--out", str(out), "--objects", str(N_OBJECTS),
+           "--size", str(SIZE), "--ranges", str(RANGES), *extra]
+    if ca:
+        cmd += ["--ca", str(ca)]
+    proc, trace = trace_run(tmp_path / "trace", *cmd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return trace, json.loads(out.read_text())
+
+
+def check_against_client(trace, did: dict) -> None:
+    """Successful requests: keys, sizes and kinds equal the client's record."""
+    puts = rows(trace, """select key, bytes from requests where s3_op = 'PutObject'
+                          and status = 200 order by key""")
+    assert puts == [tuple(p) for p in sorted(did["puts"])]
+    gets = rows(trace, """select key, bytes from requests where s3_op = 'GetObject'
+                          and status = 200 order by key""")
+    assert gets == [tuple(g) for g in sorted(did["gets"])]
+    ranged = rows(trace, """select key, range, bytes from requests
+                            where s3_op = 'GetObject' and status = 206 order by ts_ns""")
+    first = did["puts"][0][0]
+    assert ranged == [(first, f"bytes={k * 1024}-{k * 1024 + 1023}", 1024)
+                      for k in range(RANGES)]
+    assert rows(trace, """select bucket, query like '%list-type=2%' from requests
+                          where s3_op = 'ListObjects' and status = 200""") == [("data", True)]
+    # every request is tied to its connection, and its time to first byte
+    # lies inside its duration
+    assert scalar(trace, "select count(*) from requests where peer is null") == 0
+    assert scalar(trace, """select count(*) from requests
+                            where not (ttfb_ns > 0 and ttfb_ns <= dur_ns)""") == 0
+
+
+def test_boto3_plain_http_throttled(s3, tmp_path):
+    port, d = s3
+    with objstore.proxy(port, d, throttle_every=4) as px:
+        trace, did = run_client(tmp_path, f"http://127.0.0.1:{px.port}")
+        seen = px.stop()
+    assert seen["throttled"] > 0
+    check_against_client(trace, did)
+    # what the proxy answered, request for request
+    assert scalar(trace, "select count(*) from requests") == seen["requests"]
+    by_status = dict(rows(trace, "select status, count(*) from requests group by 1"))
+    assert by_status.get(503, 0) == seen["throttled"]
+    assert by_status.get(200, 0) + by_status.get(206, 0) == seen["forwarded"]
+    assert dict(rows(trace, """select method, count(*) from requests where status = 503
+                               group by 1""")) == seen["throttled_by_method"]
+    assert scalar(trace, """select count(*) from requests where status = 503
+                            and error_code = 'SlowDown'""") == seen["throttled"]
+    # the SDK's retries: botocore's own count (RetryAttempts of each response)
+    assert scalar(trace, "select count(*) from requests where retry") == did["retries"]
+    assert did["retries"] == seen["throttled"]   # each throttled call retried once
+    # the JSON summary's endpoint
+    s = json.loads(iotrace_cmd("summary", str(trace.root), "--format", "json").stdout)
+    (ep,) = s["endpoints"]
+    assert (ep["host"], ep["port"], ep["tls"]) == ("127.0.0.1", px.port, False)
+    assert ep["requests"] == s["requests_total"] == seen["requests"]
+    assert ep["status_counts"].get("503") == seen["throttled"]
+    assert ep["throttled"] == seen["throttled"] and ep["retries"] == did["retries"]
+    sent = scalar(trace, "select sum(ret) from events where op in ('sendto', 'sendmsg', "
+                         "'write', 'writev') and fd_kind = 'socket' and mode = 2 and ret > 0")
+    assert ep["bytes_sent"] == sent
+    assert ep["object_bytes_read"] == sum(n for _, n in did["gets"]) + 1024 * RANGES + \
+        scalar(trace, "select sum(bytes) from requests where s3_op = 'ListObjects' "
+                      "and status = 200")
+    # no credentials in the trace: the signature and the key id are not kept
+    assert scalar(trace, "select count(*) from events where http ilike '%authorization%' "
+                         "or http ilike '%signature%' or http like '%testing%'") == 0
+
+
+def test_boto3_tls(s3, tmp_path):
+    port, d = s3
+    ca, cert, key = objstore.make_ca(d / "ca")
+    with objstore.proxy(port, d, tls=(cert, key)) as px:
+        trace, did = run_client(tmp_path, f"https://localhost:{px.port}", ca=ca)
+        seen = px.stop()
+    check_against_client(trace, did)
+    assert scalar(trace, "select count(*) from requests") == seen["requests"]
+    assert rows(trace, "select distinct tls, tls_library, host, port from requests") == [
+        (True, "openssl", "localhost", px.port)]
+    # what went over the wire is not HTTP: only the TLS plaintext was parsed
+    assert scalar(trace, "select count(*) from events where http is not null "
+                         "and op not like 'tls_%'") == 0
+    conns = rows(trace, "select tls, sum(requests) from connections group by 1")
+    assert conns == [(True, seen["requests"])]
+    probes = trace.meta["probes"]["attached"]
+    assert any(p.startswith("TLS SSL_read_ex") for p in probes), probes
+
+
+def test_s3fs_reads(s3, tmp_path):
+    pytest.importorskip("s3fs")
+    import boto3
+    port, d = s3
+    c = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
+                     aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1")
+    sizes = {f"shards/s-{i:03d}": 50_000 + 7 * i for i in range(12)}
+    for k, n in sizes.items():
+        c.put_object(Bucket="data", Key=k, Body=b"x" * n)
+    out = tmp_path / "s3fs.json"
+    proc, trace = trace_run(tmp_path / "trace", sys.executable, str(WORKLOADS / "s3fs_reads.py"),
+                            "--endpoint", f"http://127.0.0.1:{port}", "--prefix", "data/shards",
+                            "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    did = json.loads(out.read_text())
+    assert [n for _, n in did["reads"]] == list(sizes.values())
+    gets = rows(trace, """select key, bytes from requests where s3_op = 'GetObject'
+                          and status = 200 order by key""")
+    assert gets == sorted(sizes.items())
+    assert rows(trace, "select range, bytes from requests where status = 206") == [
+        ("bytes=0-4095", did["ranged"])]
+    assert scalar(trace, """select count(*) from requests where s3_op = 'ListObjects'
+                            and query like '%prefix=shards%'""") == 1
+    ops = Counter(r[0] for r in rows(trace, "select s3_op from requests"))
+    assert set(ops) <= {"GetObject", "ListObjects", "HeadObject"}, ops
