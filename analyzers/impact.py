@@ -17,6 +17,7 @@ from .base import Context, Finding
 from .async_depth import CALLS as ASYNC_CALLS
 from .device_limit import STORAGE_WAIT_CALLS
 from .mmap_random import CALLS as MMAP_RANDOM_CALLS
+from .objstore import NET_CALLS, THROTTLED
 from .readahead_missing import CALLS as READAHEAD_MISSING_CALLS
 from .views import META_OPS
 from .waits import Waits
@@ -38,6 +39,10 @@ RULE_CALLS = {
     "readahead-wasted": STORAGE_WAIT_CALLS,
     "readahead-missing": READAHEAD_MISSING_CALLS,
     "mmap-random-faults": MMAP_RANDOM_CALLS,
+    # object storage: the network side of the requests (backoff sleeps of
+    # throttled threads are added in finding_cost)
+    "throttled": NET_CALLS, "small-objects": NET_CALLS, "few-in-flight": NET_CALLS,
+    "list-storm": NET_CALLS, "refetched-objects": NET_CALLS,
 }
 # Rules whose calls are limited to the files the finding names.
 BY_FILE = {"small-reads", "random-access", "redundant-io", "imbalance", "readahead-wasted",
@@ -47,7 +52,8 @@ SAVING = {"small-reads": 0.5, "random-access": 0.5, "metadata-storm": 0.8,
           "redundant-io": 0.5, "lock-contention": 0.8, "below-target": 1.0,
           "imbalance": 0.5, "nfs": 0.5, "device-at-limit": 0.5,
           "async-depth": 0.5, "readahead-wasted": 0.5, "readahead-missing": 0.8,
-          "mmap-random-faults": 0.5}
+          "mmap-random-faults": 0.5, "throttled": 0.8, "small-objects": 0.5,
+          "few-in-flight": 0.5, "list-storm": 0.8, "refetched-objects": 0.5}
 
 
 def _quote(p: str) -> str:
@@ -61,6 +67,11 @@ def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
     if calls is None:
         return 0.0
     where = calls
+    if f.id == "throttled":
+        tids = [t for (t,) in ctx.rows(f"select distinct tid from requests where {THROTTLED}")]
+        if tids:
+            where = (f"({calls} or (e.op in ('nanosleep', 'clock_nanosleep', 'select', "
+                     f"'pselect6') and e.tid in ({', '.join(map(str, tids))})))")
     paths = [x["path"] for x in f.files if x.get("path")]
     if f.id in BY_FILE and paths:
         where += f" and f.path in ({', '.join(map(_quote, paths))})"

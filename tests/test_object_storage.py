@@ -146,3 +146,58 @@ def test_s3fs_reads(s3, tmp_path):
                             and query like '%prefix=shards%'""") == 1
     ops = Counter(r[0] for r in rows(trace, "select s3_op from requests"))
     assert set(ops) <= {"GetObject", "ListObjects", "HeadObject"}, ops
+
+
+def report_findings(trace, *extra) -> dict:
+    r = iotrace_cmd("report", str(trace.root), "--format", "json", *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert not d["rule_errors"], d["rule_errors"]
+    return {f["id"]: f for f in d["findings"]}
+
+
+def test_findings_throttled_and_clean(s3, tmp_path):
+    """The throttled finding counts what the proxy refused; a clean run through
+    a proxy that refuses nothing has no throttling, listing or refetch finding."""
+    port, d = s3
+    with objstore.proxy(port, d, throttle_every=5) as px:
+        trace, did = run_client(tmp_path / "thr", f"http://127.0.0.1:{px.port}")
+        seen = px.stop()
+    f = report_findings(trace)["throttled"]
+    assert f["evidence"]["throttled"] == seen["throttled"] > 0
+    assert f["evidence"]["requests"] == seen["requests"]
+    assert f["evidence"]["retries"] == did["retries"]
+    assert f["evidence"]["by_status_and_code"] == {"503 SlowDown": seen["throttled"]}
+    # the backoffs: botocore sleeps before each retry, so the time lost is
+    # more than the throttled requests' own time
+    own = scalar(trace, "select sum(dur_ns) from requests where status = 503") / 1e9
+    assert f["evidence"]["time_lost_s"] > own
+    with objstore.proxy(port, d) as px:
+        trace, _ = run_client(tmp_path / "clean", f"http://127.0.0.1:{px.port}")
+        assert px.stop()["throttled"] == 0
+    found = report_findings(trace)
+    assert not {"throttled", "list-storm", "refetched-objects"} & set(found), list(found)
+
+
+def test_findings_refetch_list_storm_in_flight(s3, tmp_path):
+    """Two epochs over 20 objects of ~100 KB, 60 listings, one GET at a time
+    against a 1 GB/s target: every object fetched twice, the listings are
+    half the requests, and ~50 GETs would have to be in flight."""
+    port, _ = s3
+    trace, did = run_client(tmp_path, f"http://127.0.0.1:{port}",
+                            extra=("--size", "100000", "--epochs", "2", "--lists", "60"))
+    found = report_findings(trace, "--target-read", "1GB/s")
+    ref = found["refetched-objects"]["evidence"]
+    first = sum(n for _, n in did["gets"][:N_OBJECTS])
+    assert ref["objects_refetched"] == N_OBJECTS and ref["refetches"] == N_OBJECTS
+    assert ref["refetched_bytes"] == first
+    assert ref["refetched_share"] == pytest.approx(first / (2 * first + 1024 * RANGES))
+    ls = found["list-storm"]["evidence"]
+    assert ls["lists"] == 60 and ls["heads"] == 0
+    assert ls["requests"] == N_OBJECTS * 3 + RANGES + 60
+    fl = found["few-in-flight"]["evidence"]
+    assert fl["max_in_flight"] == 1 and fl["mean_in_flight"] <= 1.0
+    assert fl["needed_in_flight"] >= 2 * fl["mean_in_flight"]
+    gets = scalar(trace, "select count(*) from requests where method = 'GET' "
+                         "and status between 200 and 299 and key is not null")
+    assert fl["gets"] == gets == 2 * N_OBJECTS + RANGES

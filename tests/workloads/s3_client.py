@@ -1,11 +1,12 @@
 """boto3 against an S3 endpoint: what a training job's object-storage loader does.
 
     python s3_client.py --endpoint URL --bucket B [--ca FILE] [--objects N]
-                        [--size BYTES] [--ranges K] [--max-attempts A] [--out FILE]
+                        [--size BYTES] [--ranges K] [--max-attempts A] [--epochs E]
+                        [--lists L] [--out FILE]
 
 PUTs N objects of known sizes (obj-00000 ... ; object i has size + i bytes),
-GETs each whole, then K ranged GETs of the first object (1 KiB each), then
-LISTs the bucket (a page of 1000 keys). It writes what it asked for and what
+GETs each whole (E times: one pass per epoch), then K ranged GETs of the first object (1 KiB each), then
+LISTs the bucket L times (a page of 1000 keys each). It writes what it asked for and what
 it got to --out (JSON): keys, sizes, the bytes each GET returned, and the
 retries botocore made (its own count, from each response's metadata). The
 requests table of a trace of this script must agree with that file.
@@ -28,6 +29,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=10_000)
     ap.add_argument("--ranges", type=int, default=5)
     ap.add_argument("--max-attempts", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--lists", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
     s3 = boto3.client("s3", endpoint_url=args.endpoint, verify=args.ca or True,
@@ -46,19 +49,21 @@ def main() -> None:
         body = bytes([i % 251]) * (args.size + i)
         retried(s3.put_object(Bucket=args.bucket, Key=key, Body=body))
         done["puts"].append([key, len(body)])
-    for key, size in done["puts"]:
-        resp = s3.get_object(Bucket=args.bucket, Key=key)
-        data = resp["Body"].read()
-        retried(resp)
-        done["gets"].append([key, len(data)])
+    for _ in range(args.epochs):
+        for key, size in done["puts"]:
+            resp = s3.get_object(Bucket=args.bucket, Key=key)
+            data = resp["Body"].read()
+            retried(resp)
+            done["gets"].append([key, len(data)])
     first = done["puts"][0][0]
     for k in range(args.ranges):
         resp = s3.get_object(Bucket=args.bucket, Key=first, Range=f"bytes={k * 1024}-{k * 1024 + 1023}")
         retried(resp)
         done["ranged"].append([first, len(resp["Body"].read())])
-    resp = s3.list_objects_v2(Bucket=args.bucket, Prefix="train/")
-    retried(resp)
-    done["lists"].append(resp.get("KeyCount", 0))
+    for _ in range(args.lists):
+        resp = s3.list_objects_v2(Bucket=args.bucket, Prefix="train/")
+        retried(resp)
+        done["lists"].append(resp.get("KeyCount", 0))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(done, f)

@@ -106,7 +106,8 @@ with g as (
                                         and not regexp_matches(http, '^HTTP/\\S+ 1\\d\\d')) as resp_head,
            min(ts_ns + dur_ns) filter (where not sending and http like 'HTTP/%'
                                        and not regexp_matches(http, '^HTTP/\\S+ 1\\d\\d')) as first_byte_ns,
-           sum(coalesce(regexp_extract(http, '\\nx-iotrace-head-bytes: (\\d+)', 1)::bigint, 0))
+           sum(coalesce(try_cast(regexp_extract(http, '\\nx-iotrace-head-bytes: (\\d+)', 1)
+                                 as bigint), 0))
                filter (where not sending and http like 'HTTP/%') as resp_head_bytes,
            bool_and(http is null or regexp_extract(http, '\\nx-iotrace-head-bytes: (\\d+)', 1) <> '')
                filter (where not sending and http like 'HTTP/%') as resp_head_known,

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import duckdb
+
 from .storage_io import device_names
 from . import procfs
 from .clocks import ClockLog
@@ -322,7 +324,11 @@ class Session:
                                            "signal": job & 0x7F or None}
         try:
             self.writer.write_tables(self.model)
-            meta_updates.update(self.writer.write_requests())
+            try:
+                meta_updates.update(self.writer.write_requests())
+            except duckdb.Error as e:   # the trace stands without them: say so
+                meta_updates["requests_error"] = f"requests table not built: {e}"
+                counters["requests_table_failed"] = 1
             self.writer.write_meta(**meta_updates)
         except OSError as e:
             self.final_write_error = e.strerror or str(e)

@@ -1,0 +1,50 @@
+"""What the object-storage rules share: the requests table (userspace/iotrace/
+requests.py: one row per HTTP request of the job, plain or TLS) and the
+calls their cost is measured on."""
+from __future__ import annotations
+
+from .base import Context
+
+# The job's calls on the network side of a request: its inet socket calls and
+# its TLS library calls (a condition on events e, for the wait attribution).
+NET_CALLS = "(e.op in ('tls_read', 'tls_write') or (e.fd_kind = 'socket' and e.mode in (2, 10)))"
+
+# A request the store refused for its rate: HTTP 429/503 or a throttling code
+THROTTLED = ("(status in (429, 503) or error_code in ('SlowDown', 'Throttling', "
+             "'ThrottlingException', 'RequestLimitExceeded', 'TooManyRequestsException', "
+             "'RequestThrottled', 'SlowDownRead', 'SlowDownWrite'))")
+
+# Object reads that returned data
+DATA_GETS = "(method = 'GET' and status between 200 and 299 and key is not null)"
+
+
+def request_count(ctx: Context) -> int:
+    """Requests in the trace (0 where the engine has no requests table)."""
+    try:
+        return int(ctx.one("select count(*) from requests")[0])
+    except Exception:   # a trace set's node summary or an engine without the table
+        return 0
+
+
+def top_endpoints(ctx: Context, where: str, limit: int = 3) -> list[dict]:
+    return [{"endpoint": f"{h}:{p}", "requests": n, "share": s}
+            for h, p, n, s in ctx.rows(f"""
+                select host, port, count(*), count(*) / sum(count(*)) over ()
+                from requests where {where} group by all order by 3 desc limit {limit}""")]
+
+
+def top_processes(ctx: Context, where: str, limit: int = 3) -> list[dict]:
+    return [{"pid": pid, "cmdline": cmd, "requests": n, "share": s}
+            for pid, cmd, n, s in ctx.rows(f"""
+                select r.pid, any_value(p.cmdline), count(*), count(*) / sum(count(*)) over ()
+                from requests r left join processes p using (pid)
+                where {where} group by r.pid order by 3 desc limit {limit}""")]
+
+
+def examples(ctx: Context, where: str, order: str = "dur_ns desc", limit: int = 3) -> list[dict]:
+    return [{"ts_ns": ts, "pid": pid, "tid": tid,
+             "what": f"{m} {h}/{(b or '') + ('/' + k if k else '')} -> {st} "
+                     f"in {dur / 1e6:.1f} ms"}
+            for ts, pid, tid, m, h, b, k, st, dur in ctx.rows(f"""
+                select ts_ns, pid, tid, method, host, bucket, key, status, dur_ns
+                from requests where {where} order by {order}, ts_ns limit {limit}""")]
