@@ -64,6 +64,7 @@ def make_part(rng, n, t0):
         "path2": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
         "eflags": np.zeros(n, np.int16),
         "chan_ino": pa.nulls(n, pa.int64()),
+        "http": pa.nulls(n, pa.dictionary(pa.int32(), pa.string())),
     }
     return pa.table(cols, schema=EVENTS_SCHEMA), int(ts[-1])
 

@@ -25,7 +25,7 @@ def ev(op, ts=0, dur=1000, pid=100, tid=None, fd=3, off=-1, req=0, ret=0, file_i
     return dict(ts_ns=ts, dur_ns=dur, pid=pid, tid=tid or pid, op=op, fd=fd, offset=off,
                 req_bytes=req, ret=ret, file_id=file_id,
                 fd_kind=fd_kind or ("file" if file_id >= 0 else "none"), flags=flags,
-                mode=mode, arg=arg, path=path, path2=path2, eflags=0, chan_ino=None)
+                mode=mode, arg=arg, path=path, path2=path2, eflags=0, chan_ino=None, http=None)
 
 
 def synth_trace(root: Path, events: list[dict], files=(), processes=(), threads=None,

@@ -118,6 +118,17 @@ def test_boto3_tls(s3, tmp_path):
     assert conns == [(True, seen["requests"])]
     probes = trace.meta["probes"]["attached"]
     assert any(p.startswith("TLS SSL_read_ex") for p in probes), probes
+    # the timeline: one slice per request on the endpoint's lanes
+    from test_perfetto import check, decode
+    from iotrace.cli_perfetto import export_perfetto
+    export_perfetto(trace.root, tmp_path / "t.pftrace", findings=False)
+    tl = check(decode(tmp_path / "t.pftrace"))
+    ep = tl["by_name"][f"endpoint localhost:{px.port}"]
+    lanes = {u for u, dsc in tl["desc"].items() if dsc.parent_uuid == ep}
+    on = [(n, a) for (u, n, ts, end, a) in tl["slices"] if u in lanes]
+    assert len(on) == seen["requests"]
+    assert sorted(n for n, a in on if a["status"] == 200 and n.startswith("GetObject")) == \
+        sorted(f"GetObject {k}" for k, _ in did["gets"])
 
 
 def test_s3fs_reads(s3, tmp_path):

@@ -693,6 +693,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
                                  _fb(F.TRACK_EVENT, te)))
             stats["findings"] += 1
         small += _loop_tracks(report, describe, thread_track, uuids, stats)
+        small += _request_tracks(con, describe, uuids, stats)
 
         # Every track is described before any event, then batches of slices.
         out.write(b"".join(descriptors))
@@ -1057,6 +1058,61 @@ def _phases(r, t0: int, W: int, stats) -> list:
                 ("read_MB_per_s", round(rb[s:e].sum() / secs / 1e6, 3)),
                 ("write_MB_per_s", round(wb[s:e].sum() / secs / 1e6, 3))]
         out.append((t0 + int(s) * wn, t0 + int(e) * wn, label, anns))
+    return out
+
+
+MAX_REQUEST_SLICES = 200_000
+
+
+def _request_tracks(con, describe, uuids, stats) -> list[bytes]:
+    """Per endpoint (host:port of the job's HTTP requests), a track "endpoint
+    HOST:PORT" with one slice per request, named by its S3 operation or
+    method and key; requests in flight together go on numbered lanes under
+    it (slices of one track must nest)."""
+    try:
+        reqs = con.execute(f"""
+            select host, port, ts_ns, dur_ns, coalesce(s3_op, method), bucket, key, status,
+                   bytes, ttfb_ns, error_code, range, retry, pid, tid
+            from requests order by host, port, ts_ns limit {MAX_REQUEST_SLICES}""").fetchall()
+        total = con.execute("select count(*) from requests").fetchone()[0]
+    except Exception:   # noqa: BLE001 - a trace without the requests table
+        return []
+    stats["requests"] = len(reqs)
+    stats["requests_not_drawn"] = total - len(reqs)
+    out: list[bytes] = []
+    endpoint: dict[tuple, tuple[int, list]] = {}   # (host, port) -> (uuid, lanes)
+    for (host, port, ts, dur, op, bucket, key, status, nbytes, ttfb, code, rng, retry,
+         pid, tid) in reqs:
+        if (host, port) not in endpoint:
+            u = uuids.take()
+            describe(_fv(F.TD_UUID, u) + _fb(F.TD_NAME, f"endpoint {host}:{port}")
+                     + _fv(F.TD_SIBLING_ORDER_RANK, 10 + len(endpoint)))
+            endpoint[(host, port)] = (u, [])
+        parent, lanes = endpoint[(host, port)]
+        end = ts + max(dur, 1)
+        for lane in lanes:            # the first lane free at ts
+            if lane[2] <= ts:
+                break
+        else:
+            lane = [uuids.take(), uuids.take(), 0]
+            describe(_fv(F.TD_UUID, lane[0]) + _fv(F.TD_PARENT_UUID, parent)
+                     + _fb(F.TD_NAME, f"{host}:{port} #{len(lanes) + 1}"))
+            lanes.append(lane)
+        lane[2] = end
+        name = f"{op} {key}" if key else f"{op} {bucket or ''}".strip()
+        anns = [("status", status if status is not None else "none"), ("bytes", nbytes or 0),
+                ("pid", pid), ("tid", tid)]
+        if ttfb is not None:
+            anns.append(("ttfb_ms", round(ttfb / 1e6, 3)))
+        anns += [(k, v) for k, v in (("error_code", code), ("range", rng)) if v]
+        if retry:
+            anns.append(("retry", 1))
+        begin = (_fv(F.TE_TYPE, TYPE_SLICE_BEGIN) + _fv(F.TE_TRACK_UUID, lane[0])
+                 + _fb(F.TE_NAME, name) + b"".join(_annotation(k, v) for k, v in anns))
+        out.append(_packet(_fv(F.TIMESTAMP, ts), _fv(F.SEQ_ID, lane[1]),
+                           _fb(F.TRACK_EVENT, begin)))
+        out.append(_packet(_fv(F.TIMESTAMP, end), _fv(F.SEQ_ID, lane[1]), _fb(
+            F.TRACK_EVENT, _fv(F.TE_TYPE, TYPE_SLICE_END) + _fv(F.TE_TRACK_UUID, lane[0]))))
     return out
 
 

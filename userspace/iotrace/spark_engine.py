@@ -275,8 +275,9 @@ class SparkConnection:
 
 
 def create_views(con: SparkConnection, root: Path, prefix: str = "") -> None:
-    """Temp views {prefix}events, files, processes, threads over a trace's
-    Parquet files: what trace.create_views makes on DuckDB."""
+    """Temp views {prefix}events, files, processes, threads, requests and
+    connections over a trace's Parquet files: what trace.create_views makes
+    on DuckDB."""
     from .trace import EVENTS_SCHEMA_NAMES
     from pyspark.sql import functions as F
     spark = con.spark
@@ -305,11 +306,29 @@ def create_views(con: SparkConnection, root: Path, prefix: str = "") -> None:
                 df = (df.withColumn("rank", F.lit(None).cast("int"))
                         .withColumn("local_rank", F.lit(None).cast("int")))
             df.createOrReplaceTempView(f"{prefix}{name}")
+        _request_views(spark, Path(root), prefix)
     except IotraceError:
         raise
     except Exception as e:  # noqa: BLE001 - a broken Parquet file: which trace
         raise IotraceError(f"{root}: cannot read the trace tables on Spark "
                            f"({str(e).splitlines()[0][:200]})", EXIT_TRACE) from None
+
+
+def _request_views(spark, root: Path, prefix: str) -> None:
+    """requests and connections: their Parquet files, or for a trace made
+    before them, derived from its events by DuckDB (requests.derive) into a
+    temporary directory Spark reads."""
+    names = ("requests", "connections")
+    if not all((root / f"{n}.parquet").exists() for n in names):
+        import tempfile
+        import pyarrow.parquet as pq
+        from .requests import derive
+        tmp = Path(tempfile.mkdtemp(prefix="iotrace-requests-"))
+        for n, table in zip(names, derive(root)):
+            pq.write_table(table, tmp / f"{n}.parquet")
+        root = tmp
+    for n in names:
+        spark.read.parquet(str(root / f"{n}.parquet")).createOrReplaceTempView(f"{prefix}{n}")
 
 
 def _spark_type(duck_type: str) -> str:
