@@ -30,14 +30,14 @@ def s3(tmp_path_factory):
         yield port, d
 
 
-def run_client(tmp_path, endpoint: str, ca=None, extra=()):
+def run_client(tmp_path, endpoint: str, ca=None, extra=(), iotrace_extra=()):
     out = tmp_path / "client.json"
     cmd = [sys.executable, str(WORKLOADS / "s3_client.py"), "--endpoint", endpoint,
            "--bucket", "data", "--out", str(out), "--objects", str(N_OBJECTS),
            "--size", str(SIZE), "--ranges", str(RANGES), *extra]
     if ca:
         cmd += ["--ca", str(ca)]
-    proc, trace = trace_run(tmp_path / "trace", *cmd)
+    proc, trace = trace_run(tmp_path / "trace", *cmd, extra=tuple(iotrace_extra))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return trace, json.loads(out.read_text())
 
@@ -129,6 +129,32 @@ def test_boto3_tls(s3, tmp_path):
     assert len(on) == seen["requests"]
     assert sorted(n for n, a in on if a["status"] == 200 and n.startswith("GetObject")) == \
         sorted(f"GetObject {k}" for k, _ in did["gets"])
+
+
+def test_tls_without_probes_is_opaque(s3, tmp_path):
+    """--no-tls: the HTTPS requests cannot be read; their connections and bytes
+    are still there, and the summary says which endpoint was opaque."""
+    port, d = s3
+    ca, cert, key = objstore.make_ca(d / "ca2")
+    with objstore.proxy(port, d, tls=(cert, key)) as px:
+        trace, did = run_client(tmp_path, f"https://localhost:{px.port}", ca=ca,
+                                iotrace_extra=("--no-tls",))
+        seen = px.stop()
+    assert scalar(trace, "select count(*) from requests") == 0
+    skipped = {sk["probe"]: sk["why"] for sk in trace.meta["probes"]["skipped"]}
+    assert skipped.get("TLS (OpenSSL, GnuTLS)") == "turned off (--no-tls)"
+    s = json.loads(iotrace_cmd("summary", str(trace.root), "--format", "json").stdout)
+    assert s["endpoints"] == [] and s["requests_total"] == 0
+    (op,) = s["opaque_connections"]
+    assert (op["host"], op["port"]) == ("127.0.0.1", px.port)
+    conns = scalar(trace, "select count(*) from events where op = 'connect' and path = ?",
+                   f"127.0.0.1:{px.port}")
+    assert op["connections"] == conns >= 1
+    # the encrypted bytes carry at least the objects the client moved
+    assert op["bytes_received"] > sum(n for _, n in did["gets"])
+    assert op["bytes_sent"] > sum(n for _, n in did["puts"])
+    text = iotrace_cmd("summary", str(trace.root)).stdout
+    assert f"connections not read as HTTP to 127.0.0.1:{px.port}" in text
 
 
 def test_s3fs_reads(s3, tmp_path):

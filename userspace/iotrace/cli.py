@@ -148,6 +148,21 @@ def start_or_clean_up(session: Session) -> None:
         raise
 
 
+def tls_args(tls_libs: tuple, no_tls: bool) -> list[str]:
+    if no_tls:
+        if tls_libs:
+            fail("--no-tls and --tls-lib contradict each other: give one", EXIT_USAGE)
+        return ["--tls-lib", "none"]
+    args = []
+    for lib in tls_libs[:8]:
+        if not os.access(lib, os.R_OK):
+            fail(f"--tls-lib {lib}: no such readable file", EXIT_USAGE)
+        args += ["--tls-lib", os.path.realpath(lib)]
+    if len(tls_libs) > 8:
+        fail("at most 8 --tls-lib", EXIT_USAGE)
+    return args
+
+
 def recorder_tuning(ringbuf_mb: int, verbs_lib: Optional[str], no_verbs: bool) -> list[str]:
     args = ["--ringbuf-mb", str(ringbuf_mb)]
     if no_verbs:
@@ -368,6 +383,19 @@ def verbs_lib_option(f):
              "uses the one the process has mapped.")(f)
 
 
+def tls_option(f):
+    f = click.option(
+        "--no-tls", is_flag=True,
+        help="No TLS uprobes: HTTPS requests are then seen as connections and bytes "
+             "only. The uprobes cost every process on the machine that uses the probed "
+             "libraries a trap per TLS call (docs/object-storage.md).")(f)
+    return click.option(
+        "--tls-lib", metavar="PATH", multiple=True, type=click.Path(dir_okay=False),
+        help="Also probe this OpenSSL (libssl) or GnuTLS library for HTTPS requests "
+             "(repeatable). The system's are probed, and those the job maps are found "
+             "when it maps them.")(f)
+
+
 @cli.command(context_settings=dict(CONTEXT, allow_interspersed_args=False))
 @click.option("-o", "--output", "out", metavar="DIR",
               help="Trace directory to create (default: iotrace-DATE-TIME-CMD). %h, %j "
@@ -378,6 +406,7 @@ def verbs_lib_option(f):
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
 @verbs_lib_option
+@tls_option
 @node_summary_option
 @click.option("--report", "want_report", is_flag=True,
               help="Print the bottleneck report (iotrace report) at the end.")
@@ -385,7 +414,8 @@ def verbs_lib_option(f):
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, want_report, want_perfetto, target_read, target_write,
+def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, no_node_summary,
+        want_report, want_perfetto, target_read, target_write,
         gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
@@ -420,7 +450,7 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, wan
     outdir = prepare_outdir(out, Path(command[0]).name, force)
     if user:
         os.chown(outdir, user.uid, user.gid)
-    args = recorder_tuning(ringbuf_mb, verbs_lib, no_verbs)
+    args = recorder_tuning(ringbuf_mb, verbs_lib, no_verbs) + tls_args(tls_lib, no_tls)
     if user:
         args += ["--uid", str(user.uid), "--gid", str(user.gid),
                  "--groups", ",".join(str(g) for g in user.groups)]
@@ -485,9 +515,10 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, no_node_summary, wan
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
 @verbs_lib_option
+@tls_option
 @node_summary_option
 def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
-           no_node_summary) -> None:
+           tls_lib, no_tls, no_node_summary) -> None:
     """Trace a running process and its present and future descendants.
 
     \b
@@ -531,7 +562,8 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_
         os.chown(outdir, user.uid, user.gid)
     args = recorder_tuning(ringbuf_mb, verbs_lib or (None if no_verbs else
                                                      mapped_verbs_library(pid) if pid else None),
-                           no_verbs) + [a for p in roots for a in ("--pid", str(p))]
+                           no_verbs) + tls_args(tls_lib, no_tls) + \
+        [a for p in roots for a in ("--pid", str(p))]
     if follow:
         args += ["--follow-cgroup", cgroup_dir(cgroup)]
     if duration:
