@@ -788,6 +788,58 @@ static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_
 	return true;
 }
 
+/* /dev/fuse (char 10:229, as a kernel dev_t) */
+#define FUSE_DEV_ ((10u << 20) | 229u)
+
+/*
+ * A FUSE daemon's read of /dev/fuse takes one request (struct fuse_in_header:
+ * len, opcode, unique, nodeid, uid, gid, pid); its write or writev of
+ * /dev/fuse replies (struct fuse_out_header: len, error, unique). The header's
+ * fields go in the record (IOT_EF_FUSE), so that a job's calls on a FUSE
+ * mount can be tied to the daemon's work that served them.
+ */
+static __always_inline void fuse_header(struct inflight *st, struct iot_event *e, long ret)
+{
+	struct { __u32 len, opcode; __u64 unique, nodeid; __u32 uid, gid, pid; } in;
+	struct { __u32 len; __s32 error; __u64 unique; } out;
+	struct iovec iov;
+	__u64 buf = st->a[1];
+
+	if (ret <= 0)
+		return;
+	if (st->op == IOT_READV || st->op == IOT_WRITEV) {
+		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)st->a[1]))
+			return;
+		buf = (__u64)iov.iov_base;
+	}
+	if (st->op == IOT_READ || st->op == IOT_READV) {
+		if (ret < (long)sizeof(in) || bpf_probe_read_user(&in, sizeof(in), (void *)buf))
+			return;
+		e->offset = in.unique;
+		e->flags = in.opcode;
+		e->arg = in.pid;
+		e->req_bytes = in.nodeid;
+	} else {
+		if (ret < (long)sizeof(out) || bpf_probe_read_user(&out, sizeof(out), (void *)buf))
+			return;
+		e->offset = out.unique;
+		e->flags = out.error;
+	}
+	e->eflags |= IOT_EF_FUSE;
+}
+
+static __always_inline int emit_fuse(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+{
+	struct iot_event *e = reserve_event();
+
+	if (!e)
+		return 0;
+	fill_common(e, st, now, pid_tgid, ret);
+	fuse_header(st, e, ret);
+	bpf_ringbuf_submit(e, rb_flags());
+	return 0;
+}
+
 static __always_inline int on_exit(struct pt_regs *regs, long ret)
 {
 	struct task_struct *task;
@@ -823,6 +875,10 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 	p1 = path_args(st->op, &p2);
 	if (inet_capture_call(st) && emit_inet(st, now, pid_tgid, ret))
 		;
+	else if (st->xmode == FUSE_DEV_ && st->imode == S_IFCHR_ &&
+		 (st->op == IOT_READ || st->op == IOT_READV || st->op == IOT_WRITE ||
+		  st->op == IOT_WRITEV))
+		emit_fuse(st, now, pid_tgid, ret);
 	else if (p1 >= 0)
 		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
 	else

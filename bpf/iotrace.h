@@ -173,6 +173,10 @@ enum iot_op {
 #define IOT_EF_FIXED_FILE 16  /* io_uring: fd is an index into the ring's registered files */
 #define IOT_EF_NET_DATA   32  /* payload: the first bytes of an HTTP message the call moved */
 #define IOT_EF_NET_ADDR   64  /* connect: payload = the peer's sockaddr */
+#define IOT_EF_FUSE      128  /* a FUSE daemon's read/write of /dev/fuse: offset = the
+				 request's unique id; a read (the request): flags =
+				 opcode, arg = the requesting thread, req_bytes = the
+				 node id; a write (the reply): flags = its error (-errno) */
 
 /* iot_event.flags of IOT_TLS_* records */
 #define IOT_TLS_LIB_OPENSSL 1

@@ -23,7 +23,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
+def wait_port(port: int, timeout: float = 120.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         with socket.socket() as s:

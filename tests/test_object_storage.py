@@ -6,12 +6,15 @@ what the proxy saw (its count of requests and throttled answers)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from collections import Counter
 
 import pytest
 
-from conftest import WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
+from conftest import WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run, wait_for
 
 objstore = pytest.importorskip("objstore")
 pytest.importorskip("moto")
@@ -238,3 +241,82 @@ def test_findings_refetch_list_storm_in_flight(s3, tmp_path):
     gets = scalar(trace, "select count(*) from requests where method = 'GET' "
                          "and status between 200 and 299 and key is not null")
     assert fl["gets"] == gets == 2 * N_OBJECTS + RANGES
+
+
+READER = """
+import json, os, sys
+d = sys.argv[1]
+sizes = {}
+for name in sorted(os.listdir(d)):
+    n = 0
+    with open(os.path.join(d, name), 'rb') as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            n += len(b)
+    sizes[name] = n
+print(json.dumps(sizes))
+"""
+
+
+@pytest.mark.skipif(shutil.which("s3fs") is None or not os.path.exists("/dev/fuse"),
+                    reason="s3fs-fuse not installed (apt-get install s3fs) or no /dev/fuse")
+def test_s3fs_fuse_mount_reads_tied_to_daemon_gets(s3, tmp_path):
+    """A job reads the files of a bucket mounted with s3fs-fuse (the daemon is
+    not in its process tree; --fuse-daemons traces it): every FUSE READ the
+    job's reads caused is tied to the job's read call and to the daemon's GETs
+    of that object made while serving it."""
+    import boto3
+    port, _ = s3
+    c = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
+                     aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1")
+    c.create_bucket(Bucket="fusebkt")
+    sizes = {f"part-{i}": (2 << 20) + 1000 * i for i in range(3)}
+    for k, n in sizes.items():
+        c.put_object(Bucket="fusebkt", Key=k, Body=bytes([65 + len(k)]) * n)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    pw = tmp_path / "passwd"
+    pw.write_text("testing:testing\n")
+    pw.chmod(0o600)
+    daemon = subprocess.Popen(
+        ["s3fs", "fusebkt", str(mnt), "-f", "-o",
+         f"url=http://127.0.0.1:{port},use_path_request_style,passwd_file={pw}"],
+        stdout=open(tmp_path / "s3fs.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        assert wait_for(lambda: sorted(os.listdir(mnt)) == sorted(sizes), 60), \
+            (tmp_path / "s3fs.log").read_text()[-2000:]
+        proc, trace = trace_run(tmp_path / "trace", sys.executable, "-c", READER, str(mnt),
+                                extra=("--fuse-daemons",))
+    finally:
+        subprocess.run(["fusermount", "-u", str(mnt)], capture_output=True)
+        daemon.wait(timeout=30)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == sizes
+    assert daemon.pid in trace.meta["options"]["also_pids"]
+    job = trace.meta["root_pid"]
+    # the job read every file whole, through its own read calls
+    got = dict(rows(trace, """select regexp_extract(f.path, '[^/]+$'), sum(e.ret)
+                             from events e join files f using (file_id)
+                             where e.pid = ? and e.op = 'read' and e.ret > 0
+                             and f.fs_type like 'fuse%' group by 1""", job))
+    assert got == sizes
+    reads = rows(trace, """select regexp_extract(f.path, '[^/]+$'), r.job_op, r.replied,
+                                  r.error, r.http_keys
+                           from fuse_requests r join files f using (file_id)
+                           where r.opcode = 'READ' and r.req_pid = ?""", job)
+    # every file's data came through FUSE READs the job's read calls caused
+    assert {name for name, *_ in reads} == set(sizes)
+    assert all(op == "read" and ok and err == 0 for _, op, ok, err, _ in reads)
+    # ... and for each file, the daemon's GETs of that object served some of them
+    for name in sizes:
+        served = [keys for n, *_, keys in reads if n == name and keys]
+        assert any(name in keys for keys in served), (name, served)
+    daemon_gets = dict(rows(trace, """select key, sum(bytes) from requests
+                                     where pid = ? and s3_op = 'GetObject'
+                                     and status between 200 and 299 group by 1""", daemon.pid))
+    for name, n in sizes.items():
+        assert daemon_gets.get(name, 0) >= n, (name, daemon_gets)
+    assert scalar(trace, "select count(*) from requests where pid = ?", job) == 0

@@ -5,7 +5,8 @@
 #         over RDMA on Soft-RoCE (rdma_rxe on a dummy interface), then the NFS,
 #         RDMA and verbs tests that need a device;
 #   core  the recorder's core tests, the page-cache, mmap, block, libaio,
-#         io_uring and readahead tests on an ext4 on a loop device.
+#         io_uring and readahead tests on an ext4 on a loop device, and the
+#         connections and plain-HTTP requests of boto3 against a local S3 server.
 # Usage: run_in_vm.sh REPO OUT PART
 set -u
 REPO=$1
@@ -78,10 +79,11 @@ else
         tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact \
         "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
         "tests/test_async_io.py::test_io_uring_fixed_files_and_sqpoll[sqpoll]" \
-        tests/test_readahead.py::test_numpy_memmap_random_rows_waste_read_around
+        tests/test_readahead.py::test_numpy_memmap_random_rows_waste_read_around \
+        tests/test_object_storage.py::test_boto3_plain_http_throttled
 fi
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
-IOTRACE_VM_NFS=$W timeout 660 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
+IOTRACE_VM_NFS=$W timeout 720 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
     -o addopts="" "$@" > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"

@@ -130,6 +130,7 @@ EF_KTHREAD = 8   # block request a kernel thread submitted for the job
 EF_FIXED_FILE = 16   # io_uring: fd is an index into the ring's registered files
 EF_NET_DATA = 32     # payload: the first bytes of an HTTP message the call moved
 EF_NET_ADDR = 64     # connect: payload = the peer's sockaddr
+EF_FUSE = 128        # a FUSE daemon's read (request) or write (reply) of /dev/fuse
 TLS_OPS = ("tls_read", "tls_write")
 TLS_LIBS = {1: "openssl", 2: "gnutls"}
 

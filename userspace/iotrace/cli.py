@@ -407,6 +407,14 @@ def tls_option(f):
 @ringbuf_option
 @verbs_lib_option
 @tls_option
+@click.option("--also-pid", "also_pids", metavar="PID", type=int, multiple=True,
+              help="Also trace this running process and its descendants (repeatable): a "
+                   "FUSE daemon or cache process that serves the job from outside its "
+                   "process tree. The trace still ends with COMMAND.")
+@click.option("--fuse-daemons", is_flag=True,
+              help="Also trace every FUSE daemon running at start (processes holding "
+                   "/dev/fuse open: s3fs, Mountpoint, gcsfuse...), so that the job's reads "
+                   "on a FUSE mount are tied to the daemon's work and its HTTP requests.")
 @node_summary_option
 @click.option("--report", "want_report", is_flag=True,
               help="Print the bottleneck report (iotrace report) at the end.")
@@ -414,8 +422,8 @@ def tls_option(f):
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, no_node_summary,
-        want_report, want_perfetto, target_read, target_write,
+def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
+        fuse_daemons, no_node_summary, want_report, want_perfetto, target_read, target_write,
         gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
@@ -451,6 +459,16 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, no_
     if user:
         os.chown(outdir, user.uid, user.gid)
     args = recorder_tuning(ringbuf_mb, verbs_lib, no_verbs) + tls_args(tls_lib, no_tls)
+    extra = list(dict.fromkeys(also_pids))
+    for p in extra:
+        if p <= 0 or not os.path.exists(f"/proc/{p}"):
+            fail(f"--also-pid {p}: no such process (`ps -e` lists them)", EXIT_ENV)
+    if fuse_daemons:
+        from .procfs import fuse_daemons as find_fuse_daemons
+        extra += [p for p in find_fuse_daemons() if p not in extra]
+    if len(extra) > 64:
+        fail(f"{len(extra)} processes to trace besides the job; at most 64", EXIT_USAGE)
+    args += [a for p in extra for a in ("--pid", str(p))]
     if user:
         args += ["--uid", str(user.uid), "--gid", str(user.gid),
                  "--groups", ",".join(str(g) for g in user.groups)]
@@ -459,8 +477,9 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, no_
     meta = base_meta(command, "run", {"ringbuf_mb": ringbuf_mb,
                                       "user": user.name if user else None})
     status = StatusLine(quiet)
+    meta["options"]["also_pids"] = extra
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
-                      run_mode=True, env=env, owner=(user.uid, user.gid) if user else None)
+                      run_mode=True, attach_pids=extra, env=env, owner=(user.uid, user.gid) if user else None)
 
     presses = {"n": 0}
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Optional
 
 from .model import FdEntry, Model, Thread, decode_cmdline
@@ -130,3 +131,21 @@ def snapshot_process(model: Model, pid: int, ts: int) -> None:
         p.fds[fd] = FdEntry(path)
         if path.startswith("/"):
             model.file_id(kernel_dev(st.st_dev), st.st_ino, st.st_mode, 0, path)
+
+
+def fuse_daemons() -> list[int]:
+    """Processes that hold /dev/fuse open: the FUSE file systems' daemons
+    (s3fs, Mountpoint, gcsfuse...), which serve a job's reads on their mounts
+    from outside its process tree."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            for fd in (d / "fd").iterdir():
+                if os.readlink(fd) == "/dev/fuse":
+                    out.append(int(d.name))
+                    break
+        except OSError:
+            continue
+    return sorted(out)

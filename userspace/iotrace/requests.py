@@ -266,28 +266,37 @@ def _q(p: Path) -> str:
 
 
 def derive(root: Path):
-    """(requests, connections) as Arrow tables, for a trace made before these
-    tables were written (its events may still hold connects and sockets)."""
+    """(requests, connections, fuse_requests) as Arrow tables, for a trace
+    made before these tables were written."""
+    from .fuse_requests import FUSE_SQL
     from .trace import create_views
     con = duckdb.connect()
     try:
         create_views(con, root, derived=False)
         con.execute(BUILD_SQL)
-        return con.sql(REQUESTS_SQL).to_arrow_table(), con.sql(CONNECTIONS_SQL).to_arrow_table()
+        con.execute(f"create temp table _requests_for_fuse as {REQUESTS_SQL}")
+        return (con.sql("select * from _requests_for_fuse").to_arrow_table(),
+                con.sql(CONNECTIONS_SQL).to_arrow_table(), con.sql(FUSE_SQL).to_arrow_table())
     finally:
         con.close()
 
 
 def build(con: duckdb.DuckDBPyConnection, root: Path) -> dict:
-    """Writes requests.parquet and connections.parquet from the events view
-    of con (a trace's); returns counts for meta.json."""
+    """Writes requests.parquet, connections.parquet and fuse_requests.parquet
+    from the events view of con (a trace's); returns their row counts."""
+    from .fuse_requests import FUSE_SQL
     con.execute(BUILD_SQL)
     out = {}
-    for name, sql in (("requests", REQUESTS_SQL), ("connections", CONNECTIONS_SQL)):
+    for name, sql in (("requests", REQUESTS_SQL), ("connections", CONNECTIONS_SQL),
+                      ("fuse_requests", FUSE_SQL)):
+        if name == "fuse_requests":
+            con.execute("create or replace temp view _requests_for_fuse as select * from "
+                        f"read_parquet('{_q(root / 'requests.parquet')}')")
         tmp, final = root / f".{name}.parquet.tmp", root / f"{name}.parquet"
         con.execute(f"copy ({sql}) to '{_q(tmp)}' (format parquet)")
         tmp.replace(final)
         out[name] = con.execute(f"select count(*) from '{_q(final)}'").fetchone()[0]
+    con.execute("drop view if exists _requests_for_fuse")
     for t in ("_net", "_connects", "_closes", "_net_conn", "_numbered", "_req"):
         con.execute(f"drop table if exists {t}")
     return out

@@ -125,11 +125,10 @@ class Session:
             procfs.snapshot_process(self.model, self.ready["pid"], ts)
             self.model.procs[self.ready["pid"]].seen_before_trace = False
             self.model.procs[self.ready["pid"]].ppid = self.proc.pid
-        else:
-            for root in self.attach_pids:
-                for pid in procfs.descendants(root):
-                    if pid not in self.model.procs:
-                        procfs.snapshot_process(self.model, pid, ts)
+        for root in self.attach_pids:    # attach's roots, or run's --also-pid
+            for pid in procfs.descendants(root):
+                if pid not in self.model.procs:
+                    procfs.snapshot_process(self.model, pid, ts)
         self._snapshot()                      # readable from the start
 
     def _raise_start_error(self) -> None:

@@ -318,7 +318,7 @@ def _request_views(spark, root: Path, prefix: str) -> None:
     """requests and connections: their Parquet files, or for a trace made
     before them, derived from its events by DuckDB (requests.derive) into a
     temporary directory Spark reads."""
-    names = ("requests", "connections")
+    names = ("requests", "connections", "fuse_requests")
     if not all((root / f"{n}.parquet").exists() for n in names):
         import tempfile
         import pyarrow.parquet as pq

@@ -130,6 +130,13 @@ def print_endpoints(t: Trace, console: Console) -> None:
             f" at {human_bytes(e['read_bytes_per_s'])}/s, put "
             f"{human_bytes(e['object_bytes_written'])}; first byte p50 "
             f"{(e['ttfb_ms_p50'] or 0):.1f} ms, up to {e['max_in_flight']} in flight{extra}")
+    for f in ep.get("fuse_daemons", []):
+        ops = ", ".join(f"{k} x{n}" for k, n in f["by_opcode"].items())
+        console.print(
+            f"  FUSE daemon {f['daemon_pid']} ({f['cmdline'][:40]}): {f['requests']:,} requests "
+            f"for the job ({ops}), {f['tied_to_job_calls']:,} tied to its calls; "
+            f"{f['http_requests']:,} HTTP requests ({human_bytes(f['http_bytes'])}) "
+            f"made while serving them")
     for o in ep["opaque_connections"]:
         console.print(
             f"  [yellow]connections not read as HTTP[/yellow] to {o['host']}:{o['port']}: "

@@ -49,6 +49,11 @@ class Trace:
         return self.con.table("requests")
 
     @property
+    def fuse_requests(self) -> duckdb.DuckDBPyRelation:
+        """Requests a traced FUSE daemon served: fuse_requests.py."""
+        return self.con.table("fuse_requests")
+
+    @property
     def connections(self) -> duckdb.DuckDBPyRelation:
         """TCP connections the job opened."""
         return self.con.table("connections")
@@ -128,7 +133,7 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
 
 
 def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
-    names = ("requests", "connections")
+    names = ("requests", "connections", "fuse_requests")
     if all((root / f"{n}.parquet").exists() for n in names):
         for n in names:
             q = str(root / f"{n}.parquet").replace("'", "''")

@@ -211,9 +211,9 @@ class TraceWriter:
             counts = requests.build(con, self.root)
         finally:
             con.close()
-        for name in ("requests", "connections"):
+        for name in counts:
             self._own(self.root / f"{name}.parquet")
-        return {"requests": counts["requests"], "connections": counts["connections"]}
+        return counts
 
     def write_meta(self, **updates: Any) -> None:
         self.meta.update(updates)

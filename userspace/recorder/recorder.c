@@ -384,7 +384,8 @@ static void usage(FILE *f)
 		"This is iotrace's privileged helper; run it through `iotrace run` or\n"
 		"`iotrace attach`, which turn its spool into a Parquet trace.\n"
 		"  --spool DIR        write spool segments here\n"
-		"  --pid PID          trace PID and its descendants (repeatable)\n"
+		"  --pid PID          trace PID and its descendants (repeatable); with CMD,\n"
+		"                     processes traced besides it (the trace ends with CMD)\n"
 		"  --follow-cgroup DIR  also trace every process that is in, or joins, the\n"
 		"                     cgroup DIR or one below it (checked every 200 ms); keep\n"
 		"                     tracing when none is left, until a signal or --duration\n"
@@ -480,7 +481,7 @@ static int parse_args(int argc, char **argv)
 	if (opt.check)
 		return 0;
 	if (!opt.spool || (!opt.cmd && !opt.npids && !opt.follow_cgroup) ||
-	    (opt.cmd && (opt.npids || opt.follow_cgroup))) {
+	    (opt.cmd && opt.follow_cgroup)) {
 		usage(stderr);
 		return -1;
 	}
@@ -638,9 +639,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	if (opt.cmd) {
+	if (opt.cmd)
 		add_traced(skel, child_pid);
-	} else {
+	/* with a command, --pid adds processes that serve it (a FUSE daemon) */
+	if (!opt.cmd || opt.npids) {
 		for (int i = 0; i < opt.npids; i++) {
 			if (kill(opt.pids[i], 0) && errno == ESRCH) {
 				say("no process with pid %d", opt.pids[i]);
