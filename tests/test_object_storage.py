@@ -291,7 +291,7 @@ def test_s3fs_fuse_mount_reads_tied_to_daemon_gets(s3, tmp_path):
         proc, trace = trace_run(tmp_path / "trace", sys.executable, "-c", READER, str(mnt),
                                 extra=("--fuse-daemons",))
     finally:
-        subprocess.run(["fusermount", "-u", str(mnt)], capture_output=True)
+        subprocess.run(["umount", str(mnt)], capture_output=True)
         daemon.wait(timeout=30)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == sizes

@@ -513,6 +513,7 @@ int main(int argc, char **argv)
 	static char attached[16384], skipped[32768];
 	__u64 t0, last_rotate, last_stats, last_follow, last_tls;
 	const char *stop_reason = "done";
+	__s64 extra_live = 0;
 
 	if (parse_args(argc, argv))
 		return EXIT_USAGE;
@@ -655,6 +656,8 @@ int main(int argc, char **argv)
 			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
 		add_descendants(skel);
 	}
+	/* Processes traced besides the command (its own tree counts 1 now). */
+	extra_live = opt.cmd ? skel->bss->live_procs - 1 : 0;
 	/* The two clocks read back to back: wall time of any ts_ns is
 	 * realtime_ns + (ts_ns - monotonic_ns). */
 	struct timespec rt;
@@ -716,7 +719,9 @@ int main(int argc, char **argv)
 			       (long long)skel->bss->live_procs);
 			last_stats = now;
 		}
-		if (opt.cmd && job_status >= 0 && skel->bss->live_procs <= 0) {
+		/* the command's processes are gone: those traced besides it (--pid
+		 * with a command: a FUSE daemon) are back to their count at start */
+		if (opt.cmd && job_status >= 0 && skel->bss->live_procs <= extra_live) {
 			stop_reason = "exited";
 			break;
 		}
