@@ -66,13 +66,13 @@ def client(args) -> None:
     if args.ca:
         ctx = ssl.create_default_context(cafile=args.ca)
         s = ctx.wrap_socket(s, server_hostname="localhost")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.calls):
         s.sendall(REQ)
         got = 0
         while got < len(REPLY):
             got += len(s.recv(4096))
-    print((time.perf_counter() - t0) / args.calls)
+    print((time.perf_counter() - t0) / args.calls, (time.process_time() - c0) / args.calls)
 
 
 def boto3_client(args) -> None:
@@ -81,23 +81,29 @@ def boto3_client(args) -> None:
                       aws_access_key_id="testing", aws_secret_access_key="testing",
                       region_name="us-east-1")
     s3.get_object(Bucket="bench", Key="k0")["Body"].read()   # connection and imports warm
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(args.calls):
         s3.get_object(Bucket="bench", Key=f"k{i % 50}")["Body"].read()
-    print((time.perf_counter() - t0) / args.calls)
+    print((time.perf_counter() - t0) / args.calls, (time.process_time() - c0) / args.calls)
 
 
-def timed(cmd: list[str], traced: list[str] | None, out: Path) -> float:
+def timed(cmd: list[str], traced: list[str] | None, out: Path) -> tuple[float, float]:
     if traced is None:
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     else:
         r = subprocess.run([sys.executable, "-m", "iotrace", "run", "-q", "--no-node-summary",
                             "--force", "-o", str(out), *traced, "--", *cmd],
                            capture_output=True, text=True, check=True)
-    return float(r.stdout.strip().splitlines()[-1])
+    for line in reversed(r.stdout.strip().splitlines()):   # the client's line
+        try:
+            wall, cpu = map(float, line.split())
+            return wall, cpu
+        except ValueError:
+            continue
+    raise RuntimeError(f"no timing in the output of {cmd}: {r.stdout[-500:]}")
 
 
-def bystander(cmd: list[str], out: Path) -> float:
+def bystander(cmd: list[str], out: Path) -> tuple[float, float]:
     """The client untraced while iotrace traces a sleep."""
     bg = subprocess.Popen([sys.executable, "-m", "iotrace", "run", "-q", "--no-node-summary",
                            "--force", "-o", str(out), "--", "sleep", "600"],
@@ -186,14 +192,21 @@ def main() -> None:
             moto.__exit__(None, None, None)
     print(f"\nobject-storage probes: per request/reply time, median of {args.reps} "
           f"interleaved reps (min-max); {os.cpu_count()} CPUs, kernel {os.uname().release}")
-    print(f"{'workload':<8} {'config':<18} {'us/call':>10} {'min-max':>17} {'x untraced':>11}")
+    print("wall: elapsed per call; cpu: the client's own CPU time per call (user+system,"
+          " probes included),\nthe steadier measure on loopback ping-pong, where wake-up"
+          " latency moves the wall time")
+    print(f"{'workload':<8} {'config':<18} {'wall us':>9} {'min-max':>17} {'x':>6}"
+          f" {'cpu us':>8} {'min-max':>17} {'x':>6}")
     for w in workloads:
-        base = statistics.median(res[(w, "untraced")])
+        bw = statistics.median(x[0] for x in res[(w, "untraced")])
+        bc = statistics.median(x[1] for x in res[(w, "untraced")])
         for cname, _ in configs:
-            v = res[(w, cname)]
-            m = statistics.median(v)
-            print(f"{w:<8} {cname:<18} {m * 1e6:>10.1f} {min(v) * 1e6:>8.1f}-"
-                  f"{max(v) * 1e6:<8.1f} {m / base:>10.2f}x")
+            v = [x[0] for x in res[(w, cname)]]
+            c = [x[1] for x in res[(w, cname)]]
+            mw, mc = statistics.median(v), statistics.median(c)
+            print(f"{w:<8} {cname:<18} {mw * 1e6:>9.1f} {min(v) * 1e6:>8.1f}-"
+                  f"{max(v) * 1e6:<8.1f} {mw / bw:>5.2f}x {mc * 1e6:>8.1f} "
+                  f"{min(c) * 1e6:>8.1f}-{max(c) * 1e6:<8.1f} {mc / bc:>5.2f}x")
 
 
 if __name__ == "__main__":
