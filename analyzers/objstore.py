@@ -30,7 +30,7 @@ def top_endpoints(ctx: Context, where: str, limit: int = 3) -> list[dict]:
     return [{"endpoint": f"{h}:{p}", "requests": n, "share": s}
             for h, p, n, s in ctx.rows(f"""
                 select host, port, count(*), count(*) / sum(count(*)) over ()
-                from requests where {where} group by all order by 3 desc limit {limit}""")]
+                from requests where {where} group by all order by 3 desc, 1, 2 limit {limit}""")]
 
 
 def top_processes(ctx: Context, where: str, limit: int = 3) -> list[dict]:
@@ -38,7 +38,7 @@ def top_processes(ctx: Context, where: str, limit: int = 3) -> list[dict]:
             for pid, cmd, n, s in ctx.rows(f"""
                 select r.pid, any_value(p.cmdline), count(*), count(*) / sum(count(*)) over ()
                 from requests r left join processes p using (pid)
-                where {where} group by r.pid order by 3 desc limit {limit}""")]
+                where {where} group by r.pid order by 3 desc, 1 limit {limit}""")]
 
 
 def examples(ctx: Context, where: str, order: str = "dur_ns desc", limit: int = 3) -> list[dict]:

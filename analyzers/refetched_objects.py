@@ -34,7 +34,7 @@ def run(ctx: Context) -> list[Finding]:
         return []
     share = refetched / total
     objects = len({(b, k) for b, k, *_ in again})
-    again.sort(key=lambda r: -r[4])
+    again.sort(key=lambda r: (-r[4], r[0] or "", r[1] or "", r[2]))
     ev = {"get_bytes": total, "refetched_bytes": refetched, "refetched_share": share,
           "objects_refetched": objects, "refetches": sum(r[3] - 1 for r in again),
           "max_fetches_of_one": max(r[3] for r in again)}

@@ -57,10 +57,10 @@ def read_finding(ctx: Context, th: dict) -> list[Finding]:
     procs = ctx.rows(f"""
         select i.pid, any_value(p.cmdline), sum(nbytes), sum(nbytes) / {total}
         from all_io i left join processes p using (pid) where dir = 'read'
-        group by i.pid order by 3 desc limit 5""")
+        group by i.pid order by 3 desc, 1 limit 5""")
     files = ctx.rows(f"""
         select path, sum(nbytes), sum(nbytes) / {total} from all_io where dir = 'read'
-        group by path order by 2 desc limit 5""")
+        group by path order by 2 desc, 1 limit 5""")
     worst = sorted(seconds, key=lambda s: bins.get(s, 0))[:3]
     sev = "high" if ratio < th["high_ratio"] else "warn"
     return [Finding(

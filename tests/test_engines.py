@@ -5,7 +5,9 @@ The set holds real traces of programs that make the rules fire: fio random
 4 KiB reads (random access, small reads), fio reading a file four times
 (redundant I/O), a naive small-file data set (metadata storm), numpy
 checkpoints with fsync (checkpoint burst), threads on one mutex (lock
-contention) and a training loop fed by reader threads (the verdict).
+contention), a training loop fed by reader threads (the verdict) and boto3
+against a local S3 server through a proxy that throttles (the object-storage
+rules).
 """
 from __future__ import annotations
 
@@ -84,6 +86,18 @@ def trace_set(tmp_path_factory, lockwait_run):
            str(tmp / "truth.json"), "--loader", "threads", "--workers", "2", "--prep", "0.03",
            "--compute", "0.01", "--compute-kind", "sleep")
     shutil.copytree(lockwait_run[0].root, tmp / "set" / "host=locks")
+    try:
+        import objstore
+        import boto3  # noqa: F401
+        import moto  # noqa: F401
+    except ImportError:
+        return tmp / "set"
+    with objstore.moto_server(tmp / "moto.log") as port:
+        objstore.create_bucket(port, "data")
+        with objstore.proxy(port, tmp, throttle_every=6) as px:
+            record(tmp, "s3", sys.executable, str(WORKLOADS / "s3_client.py"), "--endpoint",
+                   f"http://127.0.0.1:{px.port}", "--bucket", "data", "--size", "100000",
+                   "--epochs", "2", "--lists", "60")
     return tmp / "set"
 
 
@@ -95,8 +109,9 @@ def report(set_dir: Path, *args: str) -> dict:
 
 
 def test_spark_and_duckdb_give_the_same_report(trace_set):
-    duck = report(trace_set)
-    spark = report(trace_set, "--engine", "spark", "--spark-master", "local[2]")
+    duck = report(trace_set, "--target-read", "1GB/s")
+    spark = report(trace_set, "--target-read", "1GB/s", "--engine", "spark",
+                   "--spark-master", "local[2]")
     assert duck["engine"] == "duckdb" and spark["engine"] == "spark"
     assert set(spark["node_report_sources"].values()) == {"events"}
     for r in (duck, spark):
@@ -110,6 +125,9 @@ def test_spark_and_duckdb_give_the_same_report(trace_set):
     assert "checkpoint-burst" in fired["ckpt"], fired
     assert "lock-contention" in fired["locks"], fired
     assert duck["node_reports"]["loader"]["verdict"]["loops"], duck["node_reports"]["loader"]
+    if "s3" in fired:
+        assert {"throttled", "small-objects", "few-in-flight", "list-storm",
+                "refetched-objects"} <= fired["s3"], fired
     duck.pop("engine"), spark.pop("engine")
     assert diff(duck, spark) == []
 
