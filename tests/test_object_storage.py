@@ -5,6 +5,7 @@ equal what the clients did (their own record of keys, sizes and retries) and
 what the proxy saw (its count of requests and throttled answers)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -43,6 +44,64 @@ def run_client(tmp_path, endpoint: str, ca=None, extra=(), iotrace_extra=()):
     proc, trace = trace_run(tmp_path / "trace", *cmd, extra=tuple(iotrace_extra))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return trace, json.loads(out.read_text())
+
+
+HTTP_CLIENT = """
+import http.client, json, sys
+port, names = int(sys.argv[1]), sys.argv[2:]
+got = []
+for n in names:
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    c.request("GET", "/" + n)
+    r = c.getresponse()
+    got.append([n, r.status, len(r.read())])
+    c.close()
+c = http.client.HTTPConnection("127.0.0.1", port)
+c.request("HEAD", "/" + names[0])
+r = c.getresponse(); r.read(); got.append([names[0], r.status, 0]); c.close()
+c = http.client.HTTPConnection("127.0.0.1", port)
+c.request("GET", "/missing.bin")
+r = c.getresponse(); body = r.read(); got.append(["missing.bin", r.status, len(body)]); c.close()
+print(json.dumps(got))
+"""
+
+
+def test_plain_http_requests_and_connections(tmp_path):
+    """Python's http.client against Python's http.server (no S3 API): every
+    GET, HEAD and 404 with its status and body bytes, one connection each,
+    peer and Host port right. Cheap enough for the 6.1 VM."""
+    d = tmp_path / "www"
+    d.mkdir()
+    sizes = {f"shard-{i}.bin": 30_000 + 4_321 * i for i in range(6)}
+    for n, size in sizes.items():
+        (d / n).write_bytes(b"z" * size)
+    port = objstore.free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                            "--directory", str(d), str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        objstore.wait_port(port)
+        proc, trace = trace_run(tmp_path / "trace", sys.executable, "-c", HTTP_CLIENT,
+                                str(port), *sizes)
+    finally:
+        srv.terminate()
+        srv.wait()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [g[2] for g in got[:len(sizes)]] == list(sizes.values())
+    reqs = rows(trace, """select method, path, status, bytes, s3_op, host, port, peer
+                          from requests order by ts_ns""")
+    assert reqs == [("GET", "/" + n, st, b, None, "127.0.0.1", port, f"127.0.0.1:{port}")
+                    for n, st, b in got[:len(sizes)]] + [
+        ("HEAD", "/" + got[-2][0], 200, 0, None, "127.0.0.1", port, f"127.0.0.1:{port}"),
+        ("GET", "/missing.bin", 404, got[-1][2], None, "127.0.0.1", port,
+         f"127.0.0.1:{port}")]
+    conns = rows(trace, "select peer, requests, bytes_received > 0 from connections")
+    assert conns == [(f"127.0.0.1:{port}", 1, True)] * (len(sizes) + 2)
+    # what the connections received is what the socket calls received
+    assert scalar(trace, "select sum(bytes_received) from connections") == scalar(
+        trace, "select sum(ret) from events where fd_kind = 'socket' and mode = 2 "
+               "and op in ('recvfrom', 'read', 'recvmsg', 'readv') and ret > 0")
 
 
 def check_against_client(trace, did: dict) -> None:
@@ -262,37 +321,32 @@ print(json.dumps(sizes))
 
 @pytest.mark.skipif(shutil.which("s3fs") is None or not os.path.exists("/dev/fuse"),
                     reason="s3fs-fuse not installed (apt-get install s3fs) or no /dev/fuse")
-def test_s3fs_fuse_mount_reads_tied_to_daemon_gets(s3, tmp_path):
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_s3fs_fuse_mount_reads_tied_to_daemon_gets(s3, tmp_path, scheme):
     """A job reads the files of a bucket mounted with s3fs-fuse (the daemon is
     not in its process tree; --fuse-daemons traces it): every FUSE READ the
     job's reads caused is tied to the job's read call and to the daemon's GETs
-    of that object made while serving it."""
+    of that object made while serving it. Over https the daemon's requests are
+    read from GnuTLS's plaintext (Debian's s3fs uses libcurl-gnutls)."""
     import boto3
-    port, _ = s3
+    port, d = s3
     c = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
                      aws_access_key_id="testing", aws_secret_access_key="testing",
                      region_name="us-east-1")
-    c.create_bucket(Bucket="fusebkt")
+    bucket = f"fuse-{scheme}"
+    c.create_bucket(Bucket=bucket)
     sizes = {f"part-{i}": (2 << 20) + 1000 * i for i in range(3)}
     for k, n in sizes.items():
-        c.put_object(Bucket="fusebkt", Key=k, Body=bytes([65 + len(k)]) * n)
+        c.put_object(Bucket=bucket, Key=k, Body=bytes([65 + len(k)]) * n)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    pw = tmp_path / "passwd"
-    pw.write_text("testing:testing\n")
-    pw.chmod(0o600)
-    daemon = subprocess.Popen(
-        ["s3fs", "fusebkt", str(mnt), "-f", "-o",
-         f"url=http://127.0.0.1:{port},use_path_request_style,passwd_file={pw}"],
-        stdout=open(tmp_path / "s3fs.log", "w"), stderr=subprocess.STDOUT)
-    try:
-        assert wait_for(lambda: sorted(os.listdir(mnt)) == sorted(sizes), 60), \
-            (tmp_path / "s3fs.log").read_text()[-2000:]
-        proc, trace = trace_run(tmp_path / "trace", sys.executable, "-c", READER, str(mnt),
-                                extra=("--fuse-daemons",))
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
-        daemon.wait(timeout=30)
+    with contextlib.ExitStack() as stack:
+        url = f"http://127.0.0.1:{port}"
+        if scheme == "https":
+            ca, cert, key = objstore.make_ca(tmp_path / "ca")
+            px = stack.enter_context(objstore.proxy(port, d, tls=(cert, key)))
+            url = f"https://127.0.0.1:{px.port},no_check_certificate,ssl_verify_hostname=0"
+        proc, trace, daemon = fuse_run(tmp_path, bucket, url, mnt, sizes)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == sizes
     assert daemon.pid in trace.meta["options"]["also_pids"]
@@ -320,3 +374,26 @@ def test_s3fs_fuse_mount_reads_tied_to_daemon_gets(s3, tmp_path):
     for name, n in sizes.items():
         assert daemon_gets.get(name, 0) >= n, (name, daemon_gets)
     assert scalar(trace, "select count(*) from requests where pid = ?", job) == 0
+    libs = rows(trace, "select distinct tls, tls_library from requests where pid = ?", daemon.pid)
+    assert libs == ([(True, "gnutls")] if scheme == "https" else [(False, None)])
+
+
+def fuse_run(tmp_path, bucket, url, mnt, sizes):
+    """Mounts the bucket with s3fs-fuse, runs READER on it under iotrace with
+    --fuse-daemons, unmounts; (iotrace's process, the trace, the daemon)."""
+    pw = tmp_path / "passwd"
+    pw.write_text("testing:testing\n")
+    pw.chmod(0o600)
+    daemon = subprocess.Popen(
+        ["s3fs", bucket, str(mnt), "-f", "-o",
+         f"url={url},use_path_request_style,passwd_file={pw}"],
+        stdout=open(tmp_path / "s3fs.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        assert wait_for(lambda: sorted(os.listdir(mnt)) == sorted(sizes), 60), \
+            (tmp_path / "s3fs.log").read_text()[-2000:]
+        proc, trace = trace_run(tmp_path / "trace", sys.executable, "-c", READER, str(mnt),
+                                extra=("--fuse-daemons",))
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+        daemon.wait(timeout=30)
+    return proc, trace, daemon

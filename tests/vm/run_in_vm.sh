@@ -6,7 +6,7 @@
 #         RDMA and verbs tests that need a device;
 #   core  the recorder's core tests, the page-cache, mmap, block, libaio,
 #         io_uring and readahead tests on an ext4 on a loop device, and the
-#         connections and plain-HTTP requests of boto3 against a local S3 server.
+#         connections and plain-HTTP requests of http.client against http.server.
 # Usage: run_in_vm.sh REPO OUT PART
 set -u
 REPO=$1
@@ -80,7 +80,7 @@ else
         "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
         "tests/test_async_io.py::test_io_uring_fixed_files_and_sqpoll[sqpoll]" \
         tests/test_readahead.py::test_numpy_memmap_random_rows_waste_read_around \
-        tests/test_object_storage.py::test_boto3_plain_http_throttled
+        tests/test_object_storage.py::test_plain_http_requests_and_connections
 fi
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
