@@ -156,28 +156,13 @@ static struct {
 
 void all_probes_json(char *buf, size_t len, bool attached)
 {
-	size_t off = 0;
+	size_t off = (size_t)snprintf(buf, len, "[");
 
-	buf[0] = 0;
-	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++) {
-		char part[16384];
-		json_probes(part, sizeof(part), probe_sets[s].p, probe_sets[s].n, attached);
-		if (strlen(part) <= 2)
-			continue;
-		/* join the lists: "[a]" + "[b]" -> "[a,b]" */
-		part[strlen(part) - 1] = 0;
-		off += snprintf(buf + off, len - off, "%s%s", off ? "," : "[", part + 1);
-		if (off >= len)
-			break;
-	}
-	if (off < len) {
-		static char tls[16384];
-		tls_probes_json(tls, sizeof(tls), attached);
-		if (tls[0])
-			off += snprintf(buf + off, len - off, "%s%s", off ? "," : "[", tls);
-	}
+	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++)
+		off = json_probes_append(buf, len, off, probe_sets[s].p, probe_sets[s].n, attached);
+	off = tls_probes_append(buf, len, off, attached);
 	if (off < len)
-		snprintf(buf + off, len - off, off ? "]" : "[]");
+		snprintf(buf + off, len - off, "]");
 }
 
 /* The library whose verbs are probed: --verbs-lib, else the system's. */

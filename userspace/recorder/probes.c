@@ -242,3 +242,21 @@ void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attac
 	if (off < len)
 		snprintf(buf + off, len - off, "]");
 }
+
+size_t json_probes_append(char *buf, size_t len, size_t off, const struct probe *p, int n,
+			  bool attached)
+{
+	char part[16384];
+	size_t k;
+
+	if (off >= len)
+		return off;
+	json_probes(part, sizeof(part), p, n, attached);
+	k = strlen(part);
+	if (k <= 2)   /* "[]" */
+		return off;
+	part[k - 1] = 0;   /* "[a,b]" -> "a,b" after the bracket */
+	off += snprintf(buf + off, len - off, "%s%s", off && buf[off - 1] != '[' ? "," : "",
+			part + 1);
+	return off < len ? off : len;
+}

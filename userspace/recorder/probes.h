@@ -72,4 +72,9 @@ void detach_probes(struct probe *p, int n);
 /* JSON list of the attached probe names, or of {probe, why} of the skipped. */
 void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attached);
 
+/* The same items appended to a list being written in buf (a comma first
+ * unless buf[off - 1] opens it); returns the new end (len when cut). */
+size_t json_probes_append(char *buf, size_t len, size_t off, const struct probe *p, int n,
+			  bool attached);
+
 #endif

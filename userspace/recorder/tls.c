@@ -207,23 +207,16 @@ void tls_scan(const int *pids, int npids, void (*said)(const char *, int))
 	nnoted = 0;
 }
 
-void tls_probes_json(char *buf, size_t len, bool attached)
+size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached)
 {
-	size_t off = 0;
-
-	buf[0] = 0;
 	if (!nlibs && off_reason[0] && !attached) {
-		snprintf(buf, len, "{\"probe\":\"TLS (OpenSSL, GnuTLS)\",\"why\":\"%s\"}", off_reason);
-		return;
+		struct probe off_probe = { .name = "TLS (OpenSSL, GnuTLS)" };
+		snprintf(off_probe.why, sizeof(off_probe.why), "%s", off_reason);
+		return json_probes_append(buf, len, off, &off_probe, 1, false);
 	}
-	for (int i = 0; i < nlibs && off < len; i++) {
-		char part[4096];
-		json_probes(part, sizeof(part), libs[i].probes, libs[i].nprobes, attached);
-		if (strlen(part) <= 2)
-			continue;
-		part[strlen(part) - 1] = 0;
-		off += snprintf(buf + off, len - off, "%s%s", off ? "," : "", part + 1);
-	}
+	for (int i = 0; i < nlibs; i++)
+		off = json_probes_append(buf, len, off, libs[i].probes, libs[i].nprobes, attached);
+	return off;
 }
 
 void tls_stop(void)

@@ -28,9 +28,9 @@ void tls_note_exec_map(int pid);
  * libraries not probed yet; calls said(path, nprobes) for each. */
 void tls_scan(const int *pids, int npids, void (*said)(const char *path, int nprobes));
 
-/* JSON list items ("name" or {probe, why}) for all_probes_json, without the
- * brackets; empty when none. */
-void tls_probes_json(char *buf, size_t len, bool attached);
+/* The TLS probes' items ("name", or {probe, why} of the skipped) appended
+ * to the list all_probes_json writes (json_probes_append); the new end. */
+size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached);
 
 void tls_stop(void);
 
