@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .base import Context, Finding, Rule
-from .objstore import DATA_GETS, examples, request_count, top_processes
+from .objstore import DATA_GETS, examples, in_flight_sql, request_count, top_processes
 from .rates import human_bytes
 
 
@@ -30,16 +30,11 @@ def run(ctx: Context) -> list[Finding]:
         return []
     out = []
     for host, port, gets, nbytes, busy, first, last, mx in ctx.rows(f"""
-            with g as (select * from requests where {DATA_GETS}),
-            spans as (select host, port, ts_ns as t, 1 as d from g
-                      union all select host, port, ts_ns + dur_ns, -1 from g),
-            c as (select host, port, max(n) as mx from (
-                      select host, port, sum(d) over (partition by host, port order by t, d
-                          rows between unbounded preceding and current row) as n
-                      from spans) group by all)
+            with c as ({in_flight_sql(DATA_GETS)})
             select host, port, count(*), sum(bytes), sum(dur_ns), min(ts_ns),
-                   max(ts_ns + dur_ns), any_value(c.mx)
-            from g join c using (host, port) group by all order by 4 desc"""):
+                   max(ts_ns + dur_ns), any_value(c.max_in_flight)
+            from requests join c using (host, port) where {DATA_GETS}
+            group by all order by 4 desc"""):
         if gets < th["min_gets"] or nbytes < th["min_bytes"] or not busy:
             continue
         span_s = max((last - first) / 1e9, 1e-9)

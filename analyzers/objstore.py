@@ -18,6 +18,21 @@ THROTTLED = ("(status in (429, 503) or error_code in ('SlowDown', 'Throttling', 
 DATA_GETS = "(method = 'GET' and status between 200 and 299 and key is not null)"
 
 
+def in_flight_sql(where: str = "true") -> str:
+    """A query of (host, port, max_in_flight): per endpoint, the most requests
+    matching `where` in flight at once (a running sum over starts and ends)."""
+    return f"""
+        select host, port, max(n) as max_in_flight from (
+            select host, port, sum(d) over (partition by host, port order by t, d
+                                            rows between unbounded preceding and current row)
+                   as n
+            from (select host, port, ts_ns as t, 1 as d from requests where {where}
+                  union all
+                  select host, port, ts_ns + dur_ns as t, -1 as d from requests where {where})
+                 as edges) as running
+        group by all"""
+
+
 def request_count(ctx: Context) -> int:
     """Requests in the trace (0 where the engine has no requests table)."""
     try:

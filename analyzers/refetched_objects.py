@@ -23,21 +23,23 @@ def run(ctx: Context) -> list[Finding]:
     th = ctx.th(RULE.id)
     if not request_count(ctx):
         return []
-    per = ctx.rows(f"""
+    per = f"""per as (
         select bucket, key, coalesce(range, '') as rng, count(*) as n, sum(bytes) as b,
-               max(bytes) as one
-        from requests where {DATA_GETS} group by all""")
-    total = sum(r[4] for r in per)
-    again = [(b, k, rng, n, tot - one) for b, k, rng, n, tot, one in per if n > 1]
-    refetched = sum(r[4] for r in again)
+               sum(bytes) - max(bytes) as again
+        from requests where {DATA_GETS} group by all)"""
+    total, refetched, refetches, most, objects = ctx.one(f"""
+        with {per}
+        select sum(b), sum(again), sum(n - 1), max(n),
+               (select count(*) from (select distinct bucket, key from per where n > 1) o)
+        from per""")
     if not total or refetched < th["min_bytes"] or refetched / total < th["min_share"]:
         return []
     share = refetched / total
-    objects = len({(b, k) for b, k, *_ in again})
-    again.sort(key=lambda r: (-r[4], r[0] or "", r[1] or "", r[2]))
     ev = {"get_bytes": total, "refetched_bytes": refetched, "refetched_share": share,
-          "objects_refetched": objects, "refetches": sum(r[3] - 1 for r in again),
-          "max_fetches_of_one": max(r[3] for r in again)}
+          "objects_refetched": objects, "refetches": refetches, "max_fetches_of_one": most}
+    top = ctx.rows(f"""with {per}
+        select bucket, key, rng, n, again from per where n > 1
+        order by again desc, bucket, key, rng limit 5""")
     return [Finding(
         id=RULE.id, severity="high" if share >= th["high_share"] else "warn",
         title="Objects fetched again",
@@ -51,7 +53,7 @@ def run(ctx: Context) -> list[Finding]:
             "it fits; a cache that holds one epoch saves every later epoch's downloads."),
         evidence=ev,
         files=[{"path": f"s3://{b}/{k}" + (f" [{rng}]" if rng else ""), "fetches": n,
-                "refetched_bytes": rb, "share": rb / refetched} for b, k, rng, n, rb in again[:5]],
+                "refetched_bytes": rb, "share": rb / refetched} for b, k, rng, n, rb in top],
         processes=top_processes(ctx, DATA_GETS))]
 
 

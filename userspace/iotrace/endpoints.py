@@ -5,20 +5,12 @@ summary's `endpoints` and the object-storage findings use them.
 """
 from __future__ import annotations
 
+from .analyzers.objstore import THROTTLED, in_flight_sql
 from .trace import Trace
 
-ENDPOINTS_SQL = """
+ENDPOINTS_SQL = f"""
 with r as (select * from requests),
-spans as (
-    select host, port, ts_ns as t, 1 as d from r
-    union all select host, port, ts_ns + dur_ns as t, -1 as d from r
-),
-conc as (
-    select host, port, max(c) as max_in_flight from (
-        select host, port, sum(d) over (partition by host, port order by t, d
-                                        rows between unbounded preceding and current row) as c
-        from spans) group by all
-),
+conc as ({in_flight_sql()}),
 agg as (
     select host, port,
            count(*) as requests,
@@ -27,9 +19,7 @@ agg as (
            sum(bytes) filter (where method = 'GET' and status between 200 and 299) as bytes_got,
            sum(bytes) filter (where method in ('PUT', 'POST') and status between 200 and 299)
                as bytes_put,
-           count(*) filter (where status in (429, 503) or error_code in
-                            ('SlowDown', 'Throttling', 'ThrottlingException',
-                             'RequestLimitExceeded', 'TooManyRequestsException')) as throttled,
+           count(*) filter (where {THROTTLED}) as throttled,
            count(*) filter (where retry) as retries,
            count(*) filter (where status is null) as no_response,
            bool_or(tls) as tls,
