@@ -91,22 +91,21 @@ def fuse_daemons(t: Trace) -> list[dict]:
     """Per traced FUSE daemon, the requests it served for the job's threads."""
     try:
         rows = t.con.execute("""
+            with r as (select * from fuse_requests
+                       where req_pid is distinct from daemon_pid),
+            ops as (select daemon_pid, list(struct_pack(k := opcode, n := n)
+                                            order by n desc, opcode) as by_opcode
+                    from (select daemon_pid, opcode, count(*) as n from r group by all)
+                    group by daemon_pid)
             select r.daemon_pid, any_value(p.cmdline), count(*),
                    count(*) filter (where r.job_ts_ns is not null),
-                   sum(r.http_requests), sum(r.http_bytes),
-                   list(struct_pack(k := r.opcode, n := 1))
-            from fuse_requests r left join processes p on p.pid = r.daemon_pid
-            where r.req_pid is distinct from r.daemon_pid
+                   sum(r.http_requests), sum(r.http_bytes), any_value(ops.by_opcode)
+            from r left join processes p on p.pid = r.daemon_pid
+            join ops using (daemon_pid)
             group by r.daemon_pid order by 3 desc""").fetchall()
     except Exception:   # noqa: BLE001 - an engine or trace without the table
         return []
-    out = []
-    for pid, cmd, n, tied, http, hbytes, ops in rows:
-        by: dict[str, int] = {}
-        for o in ops:
-            by[o["k"]] = by.get(o["k"], 0) + 1
-        out.append({"daemon_pid": pid, "cmdline": cmd or "", "requests": n,
-                    "tied_to_job_calls": tied, "http_requests": int(http or 0),
-                    "http_bytes": int(hbytes or 0),
-                    "by_opcode": dict(sorted(by.items(), key=lambda kv: -kv[1]))})
-    return out
+    return [{"daemon_pid": pid, "cmdline": cmd or "", "requests": n,
+             "tied_to_job_calls": tied, "http_requests": int(http or 0),
+             "http_bytes": int(hbytes or 0), "by_opcode": {o["k"]: o["n"] for o in ops}}
+            for pid, cmd, n, tied, http, hbytes, ops in rows]
