@@ -77,6 +77,23 @@ def test_pid_that_does_not_exist(tmp_path):
 
 
 @needs_root()
+@pytest.mark.parametrize("opts, code, says", [
+    (("--also-pid", "999999999"), 3, "--also-pid 999999999: no such process"),
+    (("--tls-lib", "/nonexistent/libssl.so.3"), 2, "no such readable file"),
+    (("--no-tls", "--tls-lib", "/nonexistent/libssl.so.3"), 2, "contradict"),
+    (("--verbs-lib", "/nonexistent/libibverbs.so.1"), 2, "no such readable file"),
+])
+def test_bad_tracing_options_leave_no_trace_directory(tmp_path, opts, code, says):
+    """A wrong option is one line and its exit code, before anything is made:
+    the next run with -o to the same place does not find a leftover directory."""
+    out = tmp_path / "t"
+    res = iotrace_cmd("run", "-o", str(out), *opts, "--", "true")
+    assert res.returncode == code
+    assert says in one_line(res.stderr)
+    assert not out.exists()
+
+
+@needs_root()
 def test_command_not_found(tmp_path):
     res = iotrace_cmd("run", "-o", str(tmp_path / "t"), "--", "no-such-command-xyz")
     assert res.returncode == 127

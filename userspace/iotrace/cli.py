@@ -455,9 +455,7 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, als
     if missing:
         say(f"{command[0]}: " + ("no such file" if "/" in command[0] else "command not found"))
         sys.exit(EXIT_NOT_FOUND)
-    outdir = prepare_outdir(out, Path(command[0]).name, force)
-    if user:
-        os.chown(outdir, user.uid, user.gid)
+    # options are checked before the trace directory exists: a mistake leaves nothing
     args = recorder_tuning(ringbuf_mb, verbs_lib, no_verbs) + tls_args(tls_lib, no_tls)
     extra = list(dict.fromkeys(also_pids))
     for p in extra:
@@ -473,6 +471,9 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, als
         args += ["--uid", str(user.uid), "--gid", str(user.gid),
                  "--groups", ",".join(str(g) for g in user.groups)]
     args += ["--", *command]
+    outdir = prepare_outdir(out, Path(command[0]).name, force)
+    if user:
+        os.chown(outdir, user.uid, user.gid)
     from .tracedir import base_meta
     meta = base_meta(command, "run", {"ringbuf_mb": ringbuf_mb,
                                       "user": user.name if user else None})
@@ -576,9 +577,7 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_
     except OSError:
         comm = str(pid)
     user = invoking_user()
-    outdir = prepare_outdir(out, comm, force)
-    if user:
-        os.chown(outdir, user.uid, user.gid)
+    # options are checked before the trace directory exists: a mistake leaves nothing
     args = recorder_tuning(ringbuf_mb, verbs_lib or (None if no_verbs else
                                                      mapped_verbs_library(pid) if pid else None),
                            no_verbs) + tls_args(tls_lib, no_tls) + \
@@ -587,6 +586,9 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_
         args += ["--follow-cgroup", cgroup_dir(cgroup)]
     if duration:
         args += ["--duration", str(duration)]
+    outdir = prepare_outdir(out, comm, force)
+    if user:
+        os.chown(outdir, user.uid, user.gid)
     from .tracedir import base_meta
     meta = base_meta(None, "attach", {"pid": pid, "pids": roots, "cgroup": cgroup,
                                       "follow": follow,
