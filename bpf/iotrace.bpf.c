@@ -48,6 +48,7 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 #include "task_state.h"
 #include "user_iov.h"
 #include "http_capture.h"
+#include "profile.h"
 
 
 /* Scratch space for records that carry a payload (paths, argv, names). */
@@ -62,6 +63,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct big_event);
 } scratch SEC(".maps");
+
+/* System-call records lost to a full ring buffer, by op (the total, with
+ * the other records', is IOT_CNT_DROPS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IOT_OP_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops_by_op SEC(".maps");
+
+static __always_inline void drop_op(__u16 op)
+{
+	__u32 k = op;
+	__u64 *v = bpf_map_lookup_elem(&drops_by_op, &k);
+
+	if (v)
+		*v += 1;
+}
 
 /* Live traced processes; the recorder stops when the job and this reach 0. */
 __s64 live_procs = 0;
@@ -105,6 +124,13 @@ static __always_inline void flush_fault(struct inflight *st, __u32 pid, __u32 ti
 
 	if (!st->fault_ts)
 		return;
+	if (profile_mode) {
+		profile_add(pid, IOT_PAGE_FAULT, st->fault_ino, st->fault_dev, st->fault_magic,
+			    st->fault_imode, 0, 0, 0, st->fault_blocked, st->fault_added,
+			    st->fault_ts);
+		st->fault_ts = 0;
+		return;
+	}
 	e = reserve_event();
 	if (e) {
 		blank_event(e, IOT_PAGE_FAULT, pid, tid);
@@ -130,6 +156,13 @@ static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid
 
 	if (!st->fill_ts)
 		return;
+	if (profile_mode) {
+		profile_add(pid, IOT_CACHE_FILL, st->fill_ino, st->fill_dev, st->fill_magic,
+			    S_IFREG_, 0, 0, 0, st->fill_last - st->fill_ts, st->fill_added,
+			    st->fill_last);
+		st->fill_ts = 0;
+		return;
+	}
 	e = reserve_event();
 	if (e) {
 		blank_event(e, IOT_CACHE_FILL, pid, tid);
@@ -674,8 +707,10 @@ static __always_inline int emit_plain(struct inflight *st, __u64 now, __u64 pid_
 {
 	struct iot_event *e = reserve_event();
 
-	if (!e)
+	if (!e) {
+		drop_op(st->op);
 		return 0;
+	}
 	fill_common(e, st, now, pid_tgid, ret);
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
@@ -730,8 +765,10 @@ static __always_inline int emit_with_paths(struct task_struct *task, struct infl
 	}
 	total &= 2 * IOT_PATH_MAX - 1;
 	b->ev.str_len = total;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + total, rb_flags()))
+	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + total, rb_flags())) {
 		count(IOT_CNT_DROPS);
+		drop_op(st->op);
+	}
 	return 0;
 }
 
@@ -783,8 +820,10 @@ static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_
 	b->ev.eflags |= flag;
 	b->ev.str_len = n;
 	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)),
-			       rb_flags()))
+			       rb_flags())) {
 		count(IOT_CNT_DROPS);
+		drop_op(st->op);
+	}
 	return true;
 }
 
@@ -832,12 +871,61 @@ static __always_inline int emit_fuse(struct inflight *st, __u64 now, __u64 pid_t
 {
 	struct iot_event *e = reserve_event();
 
-	if (!e)
+	if (!e) {
+		drop_op(st->op);
 		return 0;
+	}
 	fill_common(e, st, now, pid_tgid, ret);
 	fuse_header(st, e, ret);
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
+}
+
+static __always_inline bool is_open_op(__u16 op)
+{
+	return op == IOT_OPEN || op == IOT_OPENAT || op == IOT_OPENAT2 || op == IOT_CREAT;
+}
+
+/*
+ * Profile mode: the call is added to the aggregate tables (profile.h). Its
+ * record is still written when the trace needs it to name files: an open of
+ * a file not named yet or of a directory, and the calls that change what a
+ * relative path or an fd means (chdir, fchdir, dup, fcntl's dup, rename).
+ */
+static __always_inline void on_exit_profile(struct task_struct *task, struct inflight *st,
+					    __u64 now, __u64 pid_tgid, long ret, int p1, int p2)
+{
+	struct iot_event e;
+	__u16 op = st->op;
+	__u64 bytes = 0;
+	bool name = false;
+
+	fill_common(&e, st, now, pid_tgid, ret);   /* req_bytes as a full trace has it */
+	if (ret > 0 && (op <= IOT_PWRITEV2 || op == IOT_SENDFILE || op == IOT_COPY_FILE_RANGE))
+		bytes = ret;
+	if (is_open_op(op) && ret >= 0) {
+		struct inflight tmp = {};
+		fd_identity(task, ret, &tmp, false);
+		e.ino = tmp.ino;
+		e.dev = tmp.dev;
+		e.fs_magic = tmp.magic;
+		e.imode = tmp.imode;
+		name = prof_name_needed(tmp.ino, tmp.dev, tmp.imode);
+	}
+	profile_add(pid_tgid >> 32, op, e.ino, e.dev, e.fs_magic, e.imode, e.req_bytes, ret,
+		    bytes, now - st->ts, st->cache_added, now);
+	switch (op) {
+	case IOT_CHDIR: case IOT_FCHDIR: case IOT_DUP: case IOT_DUP2: case IOT_DUP3:
+	case IOT_FCNTL: case IOT_RENAME: case IOT_RENAMEAT: case IOT_RENAMEAT2:
+		name = ret >= 0;
+		break;
+	}
+	if (!name)
+		return;
+	if (p1 >= 0)
+		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
+	else
+		emit_plain(st, now, pid_tgid, ret);
 }
 
 static __always_inline int on_exit(struct pt_regs *regs, long ret)
@@ -873,6 +961,11 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 			bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
 	}
 	p1 = path_args(st->op, &p2);
+	if (profile_mode) {
+		on_exit_profile(task, st, now, pid_tgid, ret, p1, p2);
+		st->op = 0;
+		return 0;
+	}
 	if (inet_capture_call(st) && emit_inet(st, now, pid_tgid, ret))
 		;
 	else if (st->xmode == FUSE_DEV_ && st->imode == S_IFCHR_ &&
@@ -935,6 +1028,13 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!st || !st->lock_ts)
 		return 0;
+	if (profile_mode) {
+		__u64 now = bpf_ktime_get_ns();
+		profile_add(pid_tgid >> 32, IOT_LOCK_CONTENTION, 0, 0, 0, 0, 0, ret, 0,
+			    now - st->lock_ts, 0, now);
+		st->lock_ts = 0;
+		return 0;
+	}
 	e = reserve_event();
 	if (!e) {
 		st->lock_ts = 0;

@@ -224,7 +224,54 @@ enum iot_counter {
 	IOT_CNT_ASYNC_LOST,     /* io_uring/libaio requests whose submission was not kept
 				   (table full, past a call's cap) or whose completion was
 				   not seen */
+	IOT_CNT_PROF_OVERFLOW,  /* profile mode: calls that found the aggregate table
+				   full (added to prof_lost by op, without their key) */
+	IOT_CNT_PROF_RATE_LOST, /* profile mode: calls that found the per-second table full */
 	IOT_CNT_MAX
+};
+
+/*
+ * Profile mode (iotrace run --profile): calls are summed in kernel instead of
+ * recorded one by one. Buckets are powers of two: bucket 0 holds 0, 1 holds
+ * 1, k >= 2 holds (2^(k-2), 2^(k-1)] (a power of two tops its bucket).
+ */
+struct iot_prof_key {
+	__u64 ino;        /* the call's file (0: none, or not a file) */
+	__u32 dev;
+	__u32 pid;        /* tgid */
+	__u16 op;
+	__u8 size_bucket; /* of req_bytes */
+	__u8 lat_bucket;  /* of dur_ns */
+	__u32 pad;
+};
+
+struct iot_prof_val {
+	__u64 calls;
+	__u64 errors;      /* ret < 0 */
+	__u64 bytes;       /* sum of ret > 0 of the read/write family */
+	__u64 req_bytes;   /* sum of req_bytes */
+	__u64 dur_ns;      /* sum of durations */
+	__u64 cache_bytes; /* page-cache bytes the calls added for their file
+			      (what came from storage) */
+	__u32 fs_magic;
+	__u16 imode;
+	__u16 pad;
+};
+
+/* Per second of CLOCK_MONOTONIC (ts / 1e9), process and op. */
+struct iot_prof_rate_key {
+	__u32 sec;
+	__u32 pid;
+	__u16 op;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct iot_prof_rate_val {
+	__u64 calls;
+	__u64 bytes;
+	__u64 dur_ns;
+	__u64 cache_bytes;
 };
 
 #endif /* IOTRACE_H */

@@ -22,6 +22,8 @@ def render_text(report, console: Console, verbose: bool = False) -> None:
     head = [Text(v["summary"], style=STATUS.get(v["status"], ""))]
     if v.get("budget_line"):
         head.append(Text(v["budget_line"]))
+    for what in v.get("needs_full_trace", []):     # a profile: what it cannot answer
+        head.append(Text(f"needs a full trace: {what}", style="dim"))
     w = v.get("training_window") or {}
     if w.get("source") in ("detected", "option"):
         head.append(Text(f"window {w['start_s']:.1f}-{w['end_s']:.1f} s of the trace"

@@ -27,7 +27,7 @@ from .privileges import can_trace, chown_tree, invoking_user, job_env
 from .session import Progress, Session
 from .summary import print_summary, summary_json
 from .engine import DUCKDB, ENGINES, Engine
-from .trace import open_trace
+from .trace import is_profile, open_trace
 
 def _console(stderr: bool) -> Console:
     # Not a terminal (a pipe, a CI log): don't wrap at 80 columns.
@@ -98,6 +98,9 @@ class StatusLine:
         line = (f"iotrace {p.elapsed_s:7.1f} s  {p.rate_events:10,.0f} ev/s  "
                 f"read {p.rate_read / 1e6:8.1f} MB/s  write {p.rate_write / 1e6:8.1f} MB/s  "
                 f"events {p.events:,}  {drops}")
+        if p.calls:    # profile mode: calls summed in kernel, few events
+            line = (f"iotrace {p.elapsed_s:7.1f} s  profile  read {p.rate_read / 1e6:8.1f} MB/s  "
+                    f"write {p.rate_write / 1e6:8.1f} MB/s  calls {p.calls:,}  {drops}")
         sys.stderr.write("\r\x1b[K" + line)
         sys.stderr.flush()
         self.shown = True
@@ -113,7 +116,10 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user,
     session.loop()
     status.clear()
     meta = session.finish()
-    if node_report and not session.stop_error() and not session.final_write_error:
+    # a profile has no per-call events for the node report: a set's report
+    # says so for it
+    if node_report and not session.profile and not session.stop_error() \
+            and not session.final_write_error:
         from .nodesummary import write_node_summary
         if not quiet and sys.stderr.isatty():
             err_console.print("[dim]writing the node summary (summary/)...[/dim]")
@@ -300,8 +306,15 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
                                engine, from_events)
     if from_events:
         fail("--from-events is for a trace set (a directory of host=NAME traces)")
-    report = build_report(engine.open_trace(trace_dir), targets, config,
-                          window_s=parse_window(window))
+    trace = engine.open_trace(trace_dir)
+    if is_profile(trace.meta):
+        from .analyzers.profile_report import build_profile_report
+        if fmt in ("md", "html") or window:
+            fail(f"{trace_dir} is a profile (--profile): its report is text or json, over the "
+                 "whole run; md, html and --window need a full trace")
+        report = build_profile_report(trace, targets, config)
+    else:
+        report = build_report(trace, targets, config, window_s=parse_window(window))
     if fmt == "text":
         from .viewers.text import render_text
         render_text(report, _report_console(output, 100), verbose=verbose)
@@ -369,6 +382,17 @@ ringbuf_option = click.option(
     help="Ring buffer size (a power of two). Larger buffers absorb longer bursts "
          "before events are dropped.")
 
+profile_option = click.option(
+    "--profile", is_flag=True,
+    help="Always-on profile for production jobs: the kernel sums every call per process, "
+         "file, op, request-size and latency bucket, and per second, instead of recording "
+         "each call (fixed memory however long the job runs, a fraction of the cost). "
+         "The trace keeps these sums (DIR/profile/) and the opens that name files; "
+         "`iotrace report` then says what it can (sizes, rates, metadata, page cache) and "
+         "what needs a full trace (the waits verdict, access patterns, locks). "
+         "See docs/profile.md.")
+
+
 def verbs_lib_option(f):
     f = click.option(
         "--no-verbs", is_flag=True,
@@ -405,6 +429,7 @@ def tls_option(f):
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
+@profile_option
 @verbs_lib_option
 @tls_option
 @click.option("--also-pid", "also_pids", metavar="PID", type=int, multiple=True,
@@ -422,7 +447,7 @@ def tls_option(f):
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
+def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
         fuse_daemons, no_node_summary, want_report, want_perfetto, target_read, target_write,
         gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
@@ -475,12 +500,14 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, als
     if user:
         os.chown(outdir, user.uid, user.gid)
     from .tracedir import base_meta
-    meta = base_meta(command, "run", {"ringbuf_mb": ringbuf_mb,
+    meta = base_meta(command, "run", {"ringbuf_mb": ringbuf_mb, "profile": profile,
                                       "user": user.name if user else None})
+    meta["capture"] = "profile" if profile else "full"
     status = StatusLine(quiet)
     meta["options"]["also_pids"] = extra
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
-                      run_mode=True, attach_pids=extra, env=env, owner=(user.uid, user.gid) if user else None)
+                      run_mode=True, attach_pids=extra, env=env,
+                      owner=(user.uid, user.gid) if user else None, profile=profile)
 
     presses = {"n": 0}
 
@@ -534,10 +561,12 @@ def run(out, force, quiet, ringbuf_mb, verbs_lib, no_verbs, tls_lib, no_tls, als
 @click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
+@profile_option
 @verbs_lib_option
 @tls_option
 @node_summary_option
-def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_lib, no_verbs,
+def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profile, verbs_lib,
+           no_verbs,
            tls_lib, no_tls, no_node_summary) -> None:
     """Trace a running process and its present and future descendants.
 
@@ -592,11 +621,13 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, verbs_
     from .tracedir import base_meta
     meta = base_meta(None, "attach", {"pid": pid, "pids": roots, "cgroup": cgroup,
                                       "follow": follow,
-                                      "duration_s": duration, "ringbuf_mb": ringbuf_mb})
+                                      "duration_s": duration, "ringbuf_mb": ringbuf_mb,
+                                      "profile": profile})
+    meta["capture"] = "profile" if profile else "full"
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
                       run_mode=False, attach_pids=roots,
-                      owner=(user.uid, user.gid) if user else None)
+                      owner=(user.uid, user.gid) if user else None, profile=profile)
 
     def on_stop(signum, frame):
         session.signal_recorder(signal.SIGINT)

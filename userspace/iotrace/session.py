@@ -24,10 +24,12 @@ import duckdb
 
 from .storage_io import device_names
 from . import procfs
+from .abi import OP_NAMES
 from .clocks import ClockLog
 from .convert import convert, read_segment
 from .errors import IotraceError, EXIT_ENV, EXIT_TRACE
 from .model import Model
+from .profile import write_profile
 from .tracedir import TraceWriter
 
 TABLES_EVERY_S = 2.0
@@ -55,6 +57,7 @@ class Progress:
     rate_events: float = 0.0
     rate_read: float = 0.0
     rate_write: float = 0.0
+    calls: int = 0           # profile mode: calls summed so far (finished seconds)
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Session:
     attach_pids: list[int] = field(default_factory=list)
     env: Optional[dict] = None
     owner: Optional[tuple[int, int]] = None
+    profile: bool = False     # --profile: calls summed in kernel (profile.py)
 
     def __post_init__(self) -> None:
         self.spool = self.out / ".spool"
@@ -90,7 +94,10 @@ class Session:
     def start(self) -> None:
         rfd, wfd = os.pipe()
         cmd = [recorder_path(), "--spool", str(self.spool), "--status-fd", str(wfd),
-               *self.recorder_args]
+               *(["--profile"] if self.profile else []), *self.recorder_args]
+        if self.profile and os.environ.get("IOTRACE_PROFILE_MAX_KEYS"):
+            # a smaller sum table (the tests fill it to check that no call is lost)
+            cmd[1:1] = ["--profile-max-keys", os.environ["IOTRACE_PROFILE_MAX_KEYS"]]
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=(wfd,), env=self.env,
                                          stdin=None, start_new_session=False)
@@ -197,6 +204,7 @@ class Session:
         self._last = (el, msg["events"], msg["bytes_read"], msg["bytes_written"])
         p.elapsed_s, p.events, p.drops = el, msg["events"], msg["drops"]
         p.bytes_read, p.bytes_written = msg["bytes_read"], msg["bytes_written"]
+        p.calls = msg.get("profile_calls", 0)
         if self.on_progress:
             self.on_progress(p)
 
@@ -225,6 +233,8 @@ class Session:
         if self.convert_error:
             return
         try:
+            if self.profile:
+                self.meta.update(write_profile(self.spool, self.out, self.model, self.owner))
             self.writer.write_tables(self.model)
             self.writer.write_meta(drops=self.progress.drops)
         except OSError as e:
@@ -295,6 +305,12 @@ class Session:
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
                           "cache_other_bytes", "block_lost", "async_lost", "unknown_records")})
+        if self.profile:   # calls without their key, or missing from the rates
+            counters["profile_overflow"] = end.get("profile_overflow", 0)
+            counters["profile_rate_lost"] = end.get("profile_rate_lost", 0)
+        # system-call records the full ring buffer lost, by op
+        drops_by_op = {OP_NAMES[int(k)] if int(k) < len(OP_NAMES) else k: v
+                       for k, v in (end.get("drops_by_op") or {}).items()}
         state = "complete"
         if self.stop_error() or not end or end.get("reason") == "error":
             state = "incomplete"
@@ -303,6 +319,7 @@ class Session:
             state=state,
             stop_reason=end.get("reason", "recorder-died"),
             drops=end.get("drops", self.progress.drops),
+            drops_by_op=drops_by_op,
             recorder_events=end.get("events"),
             recorder_cpu_s=end.get("cpu_s"),
             bytes_read=end.get("bytes_read"),
@@ -322,6 +339,8 @@ class Session:
             meta_updates["exit_status"] = {"code": (job >> 8) & 0xFF if not job & 0x7F else None,
                                            "signal": job & 0x7F or None}
         try:
+            if self.profile and not self.stop_error():
+                meta_updates.update(write_profile(self.spool, self.out, self.model, self.owner))
             self.writer.write_tables(self.model)
             try:
                 meta_updates.update(self.writer.write_requests())

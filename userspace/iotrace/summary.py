@@ -12,7 +12,7 @@ from .abi import FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .endpoints import endpoints
 from .storage_io import files_and_devices
-from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace
+from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace, is_profile
 
 # Per file, copies count as reads of their input file (file_id is the input).
 FILE_WRITE_OPS_SQL = sql_list(WRITE_OPS)
@@ -31,6 +31,31 @@ class Summary:
     ops: list
     top_files: list
     counters: dict
+    calls: int = 0       # a profile's calls, summed in kernel (events are what it kept)
+
+
+def _profile_sums(t: Trace, top: int):
+    """A profile's totals, ops and top files from its in-kernel sums."""
+    rd, wr, calls = t.con.execute(f"""
+        select coalesce(sum(bytes) filter (where op in {READ_OPS_SQL}), 0),
+               coalesce(sum(bytes) filter (where op in {WRITE_OPS_SQL}), 0),
+               coalesce(sum(calls), 0)
+        from profile_calls""").fetchone()
+    ops = t.con.execute(f"""
+        select op, sum(calls)::bigint as calls,
+               coalesce(sum(bytes) filter (where op in {READ_OPS_SQL}
+                                           or op in {WRITE_OPS_SQL}), 0)::bigint as bytes,
+               sum(dur_ns) / 1e9 as time_s, sum(errors)::bigint as errors
+        from profile_calls group by op order by calls desc""").fetchall()
+    top_files = t.con.execute(f"""
+        select f.path,
+               coalesce(sum(c.bytes) filter (where c.op in {READ_OPS_SQL}), 0)::bigint as rd,
+               coalesce(sum(c.bytes) filter (where c.op in {FILE_WRITE_OPS_SQL}), 0)::bigint
+                   as wr,
+               sum(c.calls)::bigint as calls
+        from profile_calls c join files f using (file_id)
+        group by f.path order by rd + wr desc, calls desc limit {int(top)}""").fetchall()
+    return int(rd), int(wr), int(calls), ops, top_files
 
 
 def summarize(t: Trace, top: int = 5) -> Summary:
@@ -55,8 +80,11 @@ def summarize(t: Trace, top: int = 5) -> Summary:
         from events e join files f using (file_id)
         group by f.path order by rd + wr desc, calls desc limit {int(top)}""").fetchall()
     meta = t.meta
+    calls = 0
+    if is_profile(meta):
+        rd, wr, calls, ops, top_files = _profile_sums(t, top)
     return Summary(
-        events=events, bytes_read=rd, bytes_written=wr,
+        events=events, bytes_read=rd, bytes_written=wr, calls=calls,
         files=t.con.execute("select count(*) from files").fetchone()[0],
         processes=t.con.execute("select count(*) from processes").fetchone()[0],
         threads=t.con.execute("select count(*) from threads").fetchone()[0],
@@ -72,9 +100,15 @@ def print_summary(t: Trace, console: Console) -> None:
     console.print(f"[bold]iotrace[/bold] {t.root}  ({meta.get('mode')}, {s.duration_s:.2f} s"
                   + (f", [yellow]{state}[/yellow]" if state != "complete" else "") + ")")
     drops = f"[red]{s.drops} dropped[/red]" if s.drops else "0 dropped"
-    console.print(f"  {s.events:,} events ({drops}), read {human_bytes(s.bytes_read)}, "
-                  f"wrote {human_bytes(s.bytes_written)}, {s.files:,} files, "
-                  f"{s.processes} processes, {s.threads} threads")
+    if is_profile(meta):
+        console.print(f"  profile: {s.calls:,} calls summed in kernel, {s.events:,} events "
+                      f"kept to name files and processes ({drops}), read "
+                      f"{human_bytes(s.bytes_read)}, wrote {human_bytes(s.bytes_written)}, "
+                      f"{s.files:,} files, {s.processes} processes")
+    else:
+        console.print(f"  {s.events:,} events ({drops}), read {human_bytes(s.bytes_read)}, "
+                      f"wrote {human_bytes(s.bytes_written)}, {s.files:,} files, "
+                      f"{s.processes} processes, {s.threads} threads")
     # page-cache bytes added outside reads and faults are not a loss: shown below
     lost = {k: v for k, v in s.counters.items() if v and k != "cache_other_bytes"}
     if lost:
@@ -174,6 +208,7 @@ def summary_json(t: Trace) -> dict:
     s = summarize(t)
     return {
         "trace": str(t.root), "state": t.meta.get("state"), "duration_s": s.duration_s,
+        "capture": t.meta.get("capture", "full"), "profile_calls": s.calls,
         "events": s.events, "dropped": s.drops, "bytes_read": s.bytes_read,
         "bytes_written": s.bytes_written, "processes": s.processes, "threads": s.threads,
         "counters": s.counters,

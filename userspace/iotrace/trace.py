@@ -128,8 +128,24 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
                             f"null::integer as rank, null::integer as local_rank from {src}")
         if derived:
             _request_views(con, root, prefix)
+        _profile_views(con, root, prefix)
     except duckdb.Error as e:
         raise IotraceError(f"{root}: cannot read the trace tables ({e})", EXIT_TRACE)
+
+
+def _profile_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
+    """profile_calls and profile_rates of a profile (iotrace run --profile)."""
+    for name in ("calls", "rates"):
+        p = root / "profile" / f"{name}.parquet"
+        if p.exists():
+            q = str(p).replace("'", "''")
+            con.execute(f"create or replace view {prefix}profile_{name} as select * from "
+                        f"read_parquet('{q}', hive_partitioning = false)")
+
+
+def is_profile(meta: dict) -> bool:
+    """A profile (calls summed in kernel), not a full trace."""
+    return meta.get("capture") == "profile"
 
 
 def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:

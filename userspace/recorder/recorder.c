@@ -41,6 +41,7 @@
 #include "iotrace.skel.h"
 #include "objects.h"
 #include "probes.h"
+#include "profile.h"
 #include "syscall_table.h"
 
 _Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 96 bytes");
@@ -56,6 +57,8 @@ struct options {
 	double duration_s;
 	bool check;
 	bool verbose;
+	bool profile;		/* aggregate in kernel (bpf/profile.h) */
+	int profile_max_keys;	/* size of the aggregate table (tests force it full) */
 	const char *verbs_lib;
 	const char *tls_libs[9];	/* --tls-lib, NULL-terminated */
 	int ntls_libs;
@@ -232,6 +235,29 @@ fail:
 	return 0;
 }
 
+/* The system-call records lost by op, as a JSON object {"op number": n}. */
+static void drops_by_op_json(struct iotrace_bpf *skel, char *buf, size_t len)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u64 vals[ncpu > 0 ? ncpu : 1];
+	size_t off = snprintf(buf, len, "{");
+
+	for (__u32 op = 1; op < IOT_OP_COUNT && off < len; op++) {
+		__u64 sum = 0;
+		if (bpf_map_lookup_elem(bpf_map__fd(skel->maps.drops_by_op), &op, vals))
+			continue;
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+		if (sum)
+			off += snprintf(buf + off, len - off, "%s\"%u\":%llu", off > 1 ? "," : "", op,
+					(unsigned long long)sum);
+	}
+	if (off < len)
+		snprintf(buf + off, len - off, "}");
+	else
+		snprintf(buf, len, "{}");
+}
+
 static __u64 counter_sum(struct iotrace_bpf *skel, __u32 idx)
 {
 	int ncpu = libbpf_num_possible_cpus();
@@ -400,6 +426,9 @@ static void usage(FILE *f)
 		"  --tls-lib PATH     also probe this OpenSSL/GnuTLS library (repeatable; the\n"
 		"                     system's and those the job maps are probed anyway;\n"
 		"                     \"none\": no TLS probes)\n"
+		"  --profile          sum calls in kernel per process, file, op, size and\n"
+		"                     latency bucket, and per second (profile-*.bin in the\n"
+		"                     spool); records only what names files and processes\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
@@ -433,6 +462,8 @@ static int parse_args(int argc, char **argv)
 		{ "ringbuf-mb", required_argument, 0, 'b' },
 		{ "duration", required_argument, 0, 'd' },
 		{ "check", no_argument, 0, 'c' },
+		{ "profile", no_argument, 0, 'P' },
+		{ "profile-max-keys", required_argument, 0, 'K' },
 		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "tls-lib", required_argument, 0, 'T' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -462,6 +493,8 @@ static int parse_args(int argc, char **argv)
 		case 'b': opt.ringbuf_mb = atoi(optarg); break;
 		case 'd': opt.duration_s = strtod(optarg, NULL); break;
 		case 'c': opt.check = true; break;
+		case 'P': opt.profile = true; break;
+		case 'K': opt.profile_max_keys = atoi(optarg); break;
 		case 'L': opt.verbs_lib = optarg; break;
 		case 'T':
 			if (opt.ntls_libs == 8) {
@@ -492,6 +525,27 @@ static int parse_args(int argc, char **argv)
 	return 0;
 }
 
+/* Profile mode: no per-event probes whose records it cannot sum (the
+ * scheduler's off-CPU intervals, the TLS plaintext). */
+static void prepare_profile(struct iotrace_bpf *skel, struct probe *probes, int n)
+{
+	skel->rodata->profile_mode = opt.profile;
+	if (!opt.profile)
+		return;
+	if (opt.profile_max_keys > 0)
+		bpf_map__set_max_entries(skel->maps.prof_calls, opt.profile_max_keys);
+	for (int i = 0; i < n; i++) {
+		if (strcmp(probes[i].prog, "iot_sched_switch") && strcmp(probes[i].prog, "iot_sched_waking"))
+			continue;
+		if (!probes[i].why[0])
+			snprintf(probes[i].why, sizeof(probes[i].why),
+				 "profile mode (off-CPU intervals need a full trace)");
+		bpf_program__set_autoload(probes[i].bpf, false);
+	}
+	if (!opt.ntls_libs)
+		opt.tls_libs[opt.ntls_libs++] = "none:profile mode (HTTP requests need a full trace)";
+}
+
 static void fill_syscall_table(struct iotrace_bpf *skel)
 {
 	for (size_t i = 0; i < sizeof(syscall_table) / sizeof(syscall_table[0]); i++)
@@ -511,7 +565,9 @@ int main(int argc, char **argv)
 	int go[2] = { -1, -1 }, errp[2] = { -1, -1 };
 	int rc = EXIT_SETUP, job_status = -1, exec_errno = 0;
 	static char attached[16384], skipped[32768];
-	__u64 t0, last_rotate, last_stats, last_follow, last_tls;
+	__u64 t0, last_rotate, last_stats, last_follow, last_tls, last_profile = 0, last_snapshot = 0;
+	FILE *prof_rates = NULL;
+	struct prof_totals ptot = {};
 	const char *stop_reason = "done";
 	__s64 extra_live = 0;
 
@@ -565,6 +621,7 @@ int main(int argc, char **argv)
 			bpf_program__set_autoload(probes[i].bpf, false);
 		}
 	}
+	prepare_profile(skel, probes, ncore);
 	for (int i = 0; i < ncore; i++) {
 		if (probes[i].required && probes[i].why[0]) {
 			say("cannot trace: %s", probes[i].why);
@@ -589,8 +646,10 @@ int main(int argc, char **argv)
 		}
 		fill_syscall_table(skel);
 		bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
-		for (int i = 0; i < ncore; i++) {
+		for (int i = 0; i < ncore; i++)
 			probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
+		prepare_profile(skel, probes, ncore);
+		for (int i = 0; i < ncore; i++) {
 			if (probes[i].required)
 				continue;
 			if (!probes[i].why[0])
@@ -638,6 +697,15 @@ int main(int argc, char **argv)
 	if (spool_open()) {
 		say("cannot write to %s: %s", opt.spool, strerror(sp.err));
 		goto out;
+	}
+	if (opt.profile) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/profile-rates.bin", opt.spool);
+		prof_rates = fopen(path, "w");
+		if (!prof_rates) {
+			say("cannot write to %s: %s", opt.spool, strerror(errno));
+			goto out;
+		}
 	}
 
 	if (opt.cmd)
@@ -708,15 +776,31 @@ int main(int argc, char **argv)
 			}
 			last_rotate = now;
 		}
+		/* profile mode: finished seconds out of the kernel (a second's margin
+		 * for calls ending on another CPU), and the whole-run table every 5 s
+		 * so that a killed trace keeps it */
+		if (opt.profile && now - last_profile >= 1000000000ull) {
+			if (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates,
+					     now / 1000000000ull - 1, &ptot) < 0 ||
+			    (now - last_snapshot >= 5000000000ull &&
+			     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
+						 bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
+				sp.failed = true;
+				sp.err = errno;
+			}
+			if (now - last_snapshot >= 5000000000ull)
+				last_snapshot = now;
+			last_profile = now;
+		}
 		if (now - last_stats >= 500000000ull) {
 			status("{\"type\":\"stats\",\"elapsed_ns\":%llu,\"events\":%llu,"
 			       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
-			       "\"live\":%lld}",
+			       "\"live\":%lld,\"profile_calls\":%llu}",
 			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
-			       (unsigned long long)tot.bytes_read,
-			       (unsigned long long)tot.bytes_written,
+			       (unsigned long long)(tot.bytes_read + ptot.bytes_read),
+			       (unsigned long long)(tot.bytes_written + ptot.bytes_written),
 			       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
-			       (long long)skel->bss->live_procs);
+			       (long long)skel->bss->live_procs, (unsigned long long)ptot.calls);
 			last_stats = now;
 		}
 		/* the command's processes are gone: those traced besides it (--pid
@@ -767,6 +851,18 @@ int main(int argc, char **argv)
 	detach_all_probes();
 	if (!sp.failed)
 		ring_buffer__consume(rb);
+	if (opt.profile && !sp.failed &&
+	    (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates, ~0u, &ptot) < 0 ||
+	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
+				 bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
+		sp.failed = true;
+		sp.err = errno;
+	}
+	if (prof_rates && fclose(prof_rates) && !sp.failed) {
+		sp.failed = true;
+		sp.err = errno;
+	}
+	prof_rates = NULL;
 	if (!sp.failed && spool_close())
 		sp.failed = true;
 	if (sp.failed) {
@@ -785,13 +881,16 @@ int main(int argc, char **argv)
 		job_status = st;
 	}
 	struct rusage ru;
+	static char drops_json[8192];
 	getrusage(RUSAGE_SELF, &ru);
+	drops_by_op_json(skel, drops_json, sizeof(drops_json));
 	status("{\"type\":\"end\",\"reason\":\"%s\",\"elapsed_ns\":%llu,\"events\":%llu,"
 	       "\"cpu_s\":%.3f,"
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 	       "\"path_truncated\":%llu,\"no_storage\":%llu,\"traced_full\":%llu,"
 	       "\"kernel_capped\":%llu,\"cache_other_bytes\":%llu,\"block_lost\":%llu,"
-	       "\"async_lost\":%llu,"
+	       "\"async_lost\":%llu,\"profile_calls\":%llu,\"profile_overflow\":%llu,"
+	       "\"profile_rate_lost\":%llu,\"drops_by_op\":%s,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
@@ -807,11 +906,16 @@ int main(int argc, char **argv)
 	       (unsigned long long)counter_sum(skel, IOT_CNT_CACHE_OTHER_BYTES),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_LOST),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_ASYNC_LOST),
+	       (unsigned long long)ptot.calls,
+	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_OVERFLOW),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
 		rc = WIFEXITED(job_status) ? WEXITSTATUS(job_status) : 128 + WTERMSIG(job_status);
 out:
+	if (prof_rates)
+		fclose(prof_rates);
 	if (rc == EXIT_SETUP && child_pid > 0) {
 		/* Never started: the child exits 126 when go closes unread. */
 		close(go[1]);

@@ -119,8 +119,10 @@ static bool add_lib(const char *path, const char *shown, int kind)
 
 void tls_start(struct bpf_object *core, const char *const *given, bool multi)
 {
-	if (given && given[0] && strcmp(given[0], "none") == 0) {
-		snprintf(off_reason, sizeof(off_reason), "turned off (--no-tls)");
+	/* "none" (--no-tls), or "none:why" when the recorder turns them off */
+	if (given && given[0] && strncmp(given[0], "none", 4) == 0) {
+		snprintf(off_reason, sizeof(off_reason), "%s",
+			 given[0][4] == ':' ? given[0] + 5 : "turned off (--no-tls)");
 		return;
 	}
 	obj = tls_bpf__open();

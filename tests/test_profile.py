@@ -1,0 +1,171 @@
+"""Profile mode (`iotrace run --profile`): the kernel's sums must equal what a
+full trace records call by call, and fio's own counts; a full sum table
+loses keys, never calls; and a full ring buffer's losses in a full trace
+are counted exactly, by op."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
+
+pytestmark = [needs_root()]
+
+MIX_ROUNDS = 3
+
+
+def fio_args(datafile, report, *args):
+    return ("fio", "--name=job", f"--filename={datafile}", "--ioengine=psync", "--size=16M",
+            "--invalidate=0", "--output-format=json", f"--output={report}", *args)
+
+
+@pytest.fixture(scope="module")
+def datafile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prof") / "data.bin"
+    path.write_bytes(b"\x5a" * (16 << 20))
+    return path
+
+
+def per_op_on(trace, prefix: str, table: str) -> dict:
+    """{(path, op): (calls, bytes, errors, req_bytes)} for the files under prefix."""
+    if table == "events":
+        q = """select f.path, e.op, count(*), coalesce(sum(e.ret) filter (where e.ret > 0
+                   and (e.op like '%read%' or e.op like '%write%')), 0),
+                   count(*) filter (where e.ret < 0), coalesce(sum(e.req_bytes), 0)
+               from events e join files f using (file_id)
+               where f.path like ? and e.op != 'block_rq' group by all"""
+    else:   # block requests stay records in a profile (one per device request)
+        q = """select f.path, c.op, sum(c.calls), sum(c.bytes), sum(c.errors), sum(c.req_bytes)
+               from profile_calls c join files f using (file_id)
+               where f.path like ? group by all"""
+    return {(p, op): tuple(int(x) for x in v) for p, op, *v in rows(trace, q, prefix + "%")}
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_profile_sums_equal_fio(tmp_path, datafile):
+    report = tmp_path / "fio.json"
+    proc, trace = trace_run(tmp_path / "t", *fio_args(datafile, report, "--rw=randread",
+                                                      "--bs=4k", "--io_size=32M"),
+                            extra=("--profile",))
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]
+    assert trace.meta["capture"] == "profile"
+    calls, nbytes, req = rows(trace, """
+        select sum(calls), sum(bytes), sum(req_bytes) from profile_calls c
+        join files f using (file_id) where f.path = ? and op = 'pread64'""", str(datafile))[0]
+    assert calls == job["read"]["total_ios"] == 8192
+    assert nbytes == req == job["read"]["io_bytes"]
+    # every 4 KiB request in the bucket that 4096 tops
+    assert rows(trace, """select distinct req_bytes_min, req_bytes_max from profile_calls c
+                          join files f using (file_id) where f.path = ? and op = 'pread64'""",
+                str(datafile)) == [(2049, 4096)]
+    # no record per read: only what names files and processes
+    assert scalar(trace, "select count(*) from events where op = 'pread64'") == 0
+    assert trace.meta["events"] < 2000
+    # per second: the same reads, split over the seconds they ran in
+    assert scalar(trace, "select sum(calls) from profile_rates where op = 'pread64'") == \
+        scalar(trace, "select sum(calls) from profile_calls where op = 'pread64'")
+    assert trace.meta["counters"]["profile_overflow"] == 0
+    # the summary and the report read the sums
+    s = json.loads(iotrace_cmd("summary", "--format", "json", str(tmp_path / "t")).stdout)
+    assert s["capture"] == "profile" and s["profile_calls"] == trace.meta["profile_calls"]
+    assert next(o for o in s["ops"] if o["op"] == "pread64")["calls"] >= 8192
+    rep = iotrace_cmd("report", "--format", "json", "--target-read", "100GiB/s",
+                      str(tmp_path / "t"))
+    assert rep.returncode == 0, rep.stderr
+    r = json.loads(rep.stdout)
+    assert r["verdict"]["status"] == "profile" and r["verdict"]["needs_full_trace"]
+    ids = {f["id"]: f for f in r["findings"]}
+    assert ids["small-reads"]["evidence"]["read_calls"] == 8192
+    assert ids["small-reads"]["evidence"]["weighted_median_request_bytes_at_most"] == 4096
+    assert "below-target" in ids
+    html = iotrace_cmd("report", "--format", "html", str(tmp_path / "t"))
+    assert html.returncode == 2 and "profile" in html.stderr and "Traceback" not in html.stderr
+
+
+def test_profile_equals_full_trace(tmp_path):
+    """The same fixed mix of calls, traced in full and as a profile: per file
+    and op, equal calls, bytes, errors and requested bytes; equal request-size
+    histograms."""
+    traces = {}
+    for mode in ("full", "profile"):
+        d = tmp_path / f"data-{mode}"
+        proc, trace = trace_run(tmp_path / mode, "python3", str(WORKLOADS / "profile_mix.py"),
+                                str(d), str(MIX_ROUNDS),
+                                extra=("--profile",) if mode == "profile" else ())
+        assert proc.returncode == 0, proc.stderr
+        traces[mode] = (trace, str(d) + "/")
+    full, fd = traces["full"]
+    prof, pd = traces["profile"]
+
+    def rel(m, prefix):
+        return {(p[len(prefix):], op): v for (p, op), v in m.items()}
+
+    got_full = rel(per_op_on(full, fd, "events"), fd)
+    got_prof = rel(per_op_on(prof, pd, "profile"), pd)
+    assert got_prof == got_full
+    # by construction: 5 sizes x 8 preads + 5 past the end, per round
+    assert got_prof[("data.bin", "pread64")][0] == 45 * MIX_ROUNDS
+    assert got_prof[("data.bin", "readv")] == (4 * MIX_ROUNDS, 4 * 14196 * MIX_ROUNDS, 0,
+                                              4 * 14196 * MIX_ROUNDS)
+    assert got_prof[("small-3.bin", "read")][:2] == (MIX_ROUNDS, 1003 * MIX_ROUNDS)
+    # request sizes: the full trace's, bucketed as the kernel buckets them
+    full_hist = {(op, lo, hi): n for op, lo, hi, n in rows(full, """
+        select e.op, b.lo, b.hi, count(*) from events e join files f using (file_id),
+        (select i, case when i <= 1 then i else (1::bigint << (i - 2)) + 1 end as lo,
+                case when i <= 1 then i else 1::bigint << (i - 1) end as hi
+         from range(0, 40) t(i)) b
+        where f.path like ? and e.op in ('pread64', 'read', 'write', 'readv')
+          and e.req_bytes between b.lo and b.hi
+        group by all""", fd + "%")}
+    prof_hist = {(op, lo, hi): n for op, lo, hi, n in rows(prof, """
+        select c.op, req_bytes_min, req_bytes_max, sum(calls)::bigint
+        from profile_calls c join files f using (file_id)
+        where f.path like ? and c.op in ('pread64', 'read', 'write', 'readv')
+        group by all""", pd + "%")}
+    assert prof_hist == full_hist
+    assert (("pread64", 2049, 4096)) in prof_hist
+
+
+def test_profile_table_full_keeps_totals(tmp_path):
+    """A sum table too small for the keys: calls beyond it lose their key
+    (process, file, buckets), not their count, and are counted."""
+    d = tmp_path / "data"
+    proc, trace = trace_run(tmp_path / "t", "python3", str(WORKLOADS / "profile_mix.py"),
+                            str(d), str(MIX_ROUNDS), extra=("--profile",),
+                            env={**os.environ, "IOTRACE_PROFILE_MAX_KEYS": "16"})
+    assert proc.returncode == 0, proc.stderr
+    keyless = trace.meta["counters"]["profile_overflow"]
+    assert keyless > 0
+    assert trace.meta["profile_rows"] <= 16 + 200     # 16 keys + one keyless row per op
+    assert scalar(trace, "select sum(calls) from profile_calls where keyless") == keyless
+    # the totals by op still equal the per-second sums (kept whole)
+    by_op = dict(rows(trace, "select op, sum(calls) from profile_calls group by op"))
+    by_rate = dict(rows(trace, "select op, sum(calls) from profile_rates group by op"))
+    assert by_op == by_rate
+    assert by_op["pread64"] >= 45 * MIX_ROUNDS
+    out = iotrace_cmd("summary", str(tmp_path / "t"))
+    assert "profile overflow" in out.stderr + out.stdout
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_ring_overflow_counted_exactly(tmp_path, datafile):
+    """A 1 MiB ring buffer under fio's 4 KiB page-cache reads overflows: every
+    pread64 fio made is either in the trace or counted as dropped."""
+    report = tmp_path / "fio.json"
+    proc, trace = trace_run(tmp_path / "t", *fio_args(datafile, report, "--rw=randread",
+                                                      "--bs=4k", "--io_size=512M"),
+                            extra=("--ringbuf-mb", "1"))
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]
+    captured = scalar(trace, """select count(*) from events e join files f using (file_id)
+                                where f.path = ? and op = 'pread64'""", str(datafile))
+    dropped = trace.meta["drops_by_op"].get("pread64", 0)
+    assert dropped > 0, "the ring buffer did not overflow: nothing was tested"
+    assert captured + dropped == job["read"]["total_ios"] == 131072
+    assert trace.meta["drops"] >= dropped
+    out = iotrace_cmd("summary", str(tmp_path / "t"))
+    assert "dropped" in out.stderr + out.stdout
