@@ -421,18 +421,19 @@ static long submit_one(__u32 i, void *data)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_io_submit")
-int iot_aio_submit(struct trace_event_raw_sys_enter *ctx)
+/* io_submit(ctx, nr, iocbpp): entry. The syscall tracepoints or, where the
+ * core object hooks system calls with fentry (no syscall tracepoint may be
+ * attached then), fentry/fexit on the syscalls' functions call these. */
+static __always_inline int submit_enter(long nr, __u64 arr)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct aio_call call = {};
 	struct submit_ctx c = { .pid = pid_tgid >> 32, .tid = (__u32)pid_tgid };
-	long nr = ctx->args[1];
 
 	if (!traced_tgid(c.pid) || nr <= 0)
 		return 0;
 	call.ts = bpf_ktime_get_ns();
-	call.arr = ctx->args[2];
+	call.arr = arr;
 	call.nr = nr;
 	if (nr > AIO_MAX_BATCH) {
 		count_add(IOT_CNT_ASYNC_LOST, nr - AIO_MAX_BATCH);
@@ -461,15 +462,26 @@ static long forget_one(__u32 i, void *data)
 	return 0;
 }
 
+SEC("tracepoint/syscalls/sys_enter_io_submit")
+int iot_aio_submit(struct trace_event_raw_sys_enter *ctx)
+{
+	return submit_enter(ctx->args[1], ctx->args[2]);
+}
+
+SEC("fentry/__x64_sys_io_submit")
+int BPF_PROG(iot_aio_submit_fe, struct pt_regs *regs)
+{
+	return submit_enter(regs->si, regs->dx);
+}
+
 /* iocbs past io_submit's result were not submitted: forget them. */
-SEC("tracepoint/syscalls/sys_exit_io_submit")
-int iot_aio_submit_exit(struct trace_event_raw_sys_exit *ctx)
+static __always_inline int submit_exit(long done)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
 	struct aio_call *call = bpf_map_lookup_elem(&aio_calls, &tid);
 	struct unsubmit_ctx c;
-	long done = ctx->ret, nr;
+	long nr;
 
 	if (!call)
 		return 0;
@@ -484,6 +496,18 @@ int iot_aio_submit_exit(struct trace_event_raw_sys_exit *ctx)
 		bpf_loop(nr - done, forget_one, &c, 0);
 	}
 	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_io_submit")
+int iot_aio_submit_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return submit_exit(ctx->ret);
+}
+
+SEC("fexit/__x64_sys_io_submit")
+int BPF_PROG(iot_aio_submit_exit_fe, struct pt_regs *regs, long ret)
+{
+	return submit_exit(ret);
 }
 
 static __always_inline int getevents_enter(__u64 events)
@@ -508,6 +532,19 @@ SEC("tracepoint/syscalls/sys_enter_io_pgetevents")
 int iot_aio_pgetevents(struct trace_event_raw_sys_enter *ctx)
 {
 	return getevents_enter(ctx->args[3]);
+}
+
+/* the fourth argument of a system call is in r10 */
+SEC("fentry/__x64_sys_io_getevents")
+int BPF_PROG(iot_aio_getevents_fe, struct pt_regs *regs)
+{
+	return getevents_enter(regs->r10);
+}
+
+SEC("fentry/__x64_sys_io_pgetevents")
+int BPF_PROG(iot_aio_pgetevents_fe, struct pt_regs *regs)
+{
+	return getevents_enter(regs->r10);
 }
 
 struct reap_ctx {
@@ -587,4 +624,16 @@ SEC("tracepoint/syscalls/sys_exit_io_pgetevents")
 int iot_aio_pgetevents_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	return getevents_exit(ctx->ret);
+}
+
+SEC("fexit/__x64_sys_io_getevents")
+int BPF_PROG(iot_aio_getevents_exit_fe, struct pt_regs *regs, long ret)
+{
+	return getevents_exit(ret);
+}
+
+SEC("fexit/__x64_sys_io_pgetevents")
+int BPF_PROG(iot_aio_pgetevents_exit_fe, struct pt_regs *regs, long ret)
+{
+	return getevents_exit(ret);
 }

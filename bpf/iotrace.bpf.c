@@ -49,6 +49,7 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 #include "user_iov.h"
 #include "http_capture.h"
 #include "profile.h"
+#include "syscall_hooks.h"
 
 
 /* Scratch space for records that carry a payload (paths, argv, names). */
@@ -312,17 +313,16 @@ static __always_inline __u64 timespec_ns(__u64 uts)
 
 /* ---- syscall entry ---------------------------------------------------- */
 
-static __always_inline int on_enter(struct pt_regs *regs, long id)
+/* A system call's entry: op is 0 for a call iotrace does not record (the
+ * syscall tracepoint sees them all) or the call's op (an fentry program's
+ * constant, which lets the compiler keep only that op's code). */
+static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 {
 	struct task_struct *task;
 	struct inflight *st;
 	__u32 tgid;
-	__u16 op;
 	__u64 a[6];
 
-	if (id < 0 || id >= IOT_MAX_SYSCALLS)
-		return 0;
-	op = sys_op[id];
 	tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!maybe(tgid))
 		return 0;
@@ -339,7 +339,7 @@ static __always_inline int on_enter(struct pt_regs *regs, long id)
 	if (!op || !is_traced(tgid))
 		return 0;
 
-	/* tp_btf: regs is a trusted pointer, read directly (no helper call). */
+	/* tp_btf and fentry: regs is a BTF pointer, read directly (no helper call). */
 	a[0] = regs->di;
 	a[1] = regs->si;
 	a[2] = regs->dx;
@@ -928,23 +928,19 @@ static __always_inline void on_exit_profile(struct task_struct *task, struct inf
 		emit_plain(st, now, pid_tgid, ret);
 }
 
-static __always_inline int on_exit(struct pt_regs *regs, long ret)
+static __always_inline int on_exit_op(__u16 op, long ret)
 {
 	struct task_struct *task;
 	struct inflight *st;
 	__u64 pid_tgid, now;
-	long id;
 	int p1, p2;
 
-	id = regs->orig_ax;
-	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
-		return 0;
 	/* Only a traced thread has entry state: no need for the traced map. */
 	if (!maybe(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
-	if (!st || !st->op || st->op != sys_op[id])
+	if (!st || !st->op || st->op != op)
 		return 0;
 	pid_tgid = bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
@@ -980,17 +976,44 @@ static __always_inline int on_exit(struct pt_regs *regs, long ret)
 	return 0;
 }
 
+/*
+ * Two ways in, the loader picks one (syscall_hooks.c):
+ * - fentry/fexit on each traced system call's kernel function: other system
+ *   calls, and every process's system calls when none is traced, pay
+ *   nothing (kernels with BPF trampolines, most distribution kernels);
+ * - the sys_enter/sys_exit raw tracepoints: once attached, every system
+ *   call of every process takes the kernel's slow path (any kernel with BTF).
+ */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(iot_sys_enter, struct pt_regs *regs, long id)
 {
-	return on_enter(regs, id);
+	if (id < 0 || id >= IOT_MAX_SYSCALLS)
+		return 0;
+	return on_enter_op(regs, sys_op[id]);
 }
 
 SEC("tp_btf/sys_exit")
 int BPF_PROG(iot_sys_exit, struct pt_regs *regs, long ret)
 {
-	return on_exit(regs, ret);
+	long id = regs->orig_ax;
+
+	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
+		return 0;
+	return on_exit_op(sys_op[id], ret);
 }
+
+#define IOT_FENTRY(fn, op)							\
+SEC("fentry/__x64_sys_" #fn)							\
+int BPF_PROG(iot_fe_##fn, struct pt_regs *regs)					\
+{										\
+	return on_enter_op(regs, op);						\
+}										\
+SEC("fexit/__x64_sys_" #fn)							\
+int BPF_PROG(iot_fx_##fn, struct pt_regs *regs, long ret)			\
+{										\
+	return on_exit_op(op, ret);						\
+}
+IOT_SYSCALL_HOOKS(IOT_FENTRY)
 
 /* ---- lock contention --------------------------------------------------- */
 

@@ -71,6 +71,14 @@ def run_doctor(console: Console) -> int:
         line(False, "probes", msg)
         return EXIT_ENV
     res = json.loads(proc.stdout)
+    hooks = res.get("syscall_hooks")
+    if hooks == "fentry":
+        line(True, "system calls", "fentry/fexit on each traced call's kernel function (other "
+             "system calls and processes pay nothing)")
+    elif hooks:
+        line(True, "system calls", f"sys_enter/sys_exit tracepoints ({res['syscall_hooks_why']}"
+             "): every system call of every process takes the kernel's slower path while "
+             "iotrace traces")
     console.print("probes:")
     for name in res["attached"]:
         line(True, name, "attaches")

@@ -125,7 +125,10 @@ class Session:
         self.clock.tick(force=True)
         self.meta["probes"] = {"attached": self.ready["attached"],
                                "skipped": self.ready["skipped"],
-                               "verbs_library": self.ready.get("verbs_library") or None}
+                               "verbs_library": self.ready.get("verbs_library") or None,
+                               # how system calls are hooked: fentry, or the tracepoints (why)
+                               "syscall_hooks": self.ready.get("syscall_hooks"),
+                               "syscall_hooks_why": self.ready.get("syscall_hooks_why") or None}
         self.meta["root_pid"] = self.ready["pid"]
         ts = self.ready["monotonic_ns"]
         if self.run_mode:

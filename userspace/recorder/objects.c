@@ -256,7 +256,36 @@ static bool tp_arg_is_ptr(const struct btf *btf, const char *tp, int idx, const 
  * its completion); libaio: all six or none, likewise. The submission
  * tracepoint is io_uring_submit_req from 6.4, io_uring_submit_sqe(req, ...)
  * in 6.0-6.3; older kernels pass no request: no io_uring probes there. */
-static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
+/* libaio through fentry/fexit on the syscalls' functions: each tracepoint
+ * probe's program swapped for its _fe twin (bpf/aio.bpf.c). */
+static void aio_by_fentry(struct aio_bpf *o, struct probe *aio, int naio, struct btf *vmlinux,
+			  bool fentry)
+{
+	static const char *fns[] = { "io_submit", "io_submit", "io_getevents", "io_getevents",
+				     "io_pgetevents", "io_pgetevents" };
+	char name[96];
+
+	for (int i = 0; i < naio; i++) {
+		struct bpf_program *fe;
+
+		snprintf(name, sizeof(name), "%s_fe", aio[i].prog);
+		fe = bpf_object__find_program_by_name(o->obj, name);
+		if (!fentry) {
+			bpf_program__set_autoload(fe, false);
+			continue;
+		}
+		bpf_program__set_autoload(aio[i].bpf, false);
+		aio[i].bpf = fe;
+		snprintf(name, sizeof(name), "__x64_sys_%s", fns[i]);
+		if (btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) <= 0) {
+			snprintf(aio[i].why, sizeof(aio[i].why), "this kernel has no %s (no AIO)",
+				 fns[i]);
+			bpf_program__set_autoload(fe, false);
+		}
+	}
+}
+
+static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux, bool fentry)
 {
 	struct probe *p = aio_probes, *aio = aio_probes + N_URING_PROBES;
 	int n = NPROBES(aio_probes), naio = n - N_URING_PROBES;
@@ -295,7 +324,8 @@ static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux)
 	else if (!tp_arg_is_ptr(vmlinux, "io_uring_complete", 1, NULL))
 		skip_probes(p, N_URING_PROBES, "this kernel's io_uring_complete passes no request "
 			    "(older than 6.0)");
-	for (int i = 0; i < naio; i++)
+	aio_by_fentry(o, aio, naio, vmlinux, fentry);
+	for (int i = 0; i < naio && !fentry; i++)
 		if (!have_syscall_tracepoint(aio[i].tp))
 			skip_probes(aio, naio, "no %s tracepoint (mount tracefs, or a kernel "
 				    "without syscall tracepoints)", aio[i].tp);
@@ -426,10 +456,10 @@ static struct verbs_bpf *load_verbs(struct bpf_object *core, const char *given, 
 }
 
 void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
-			   struct btf *vmlinux)
+			   struct btf *vmlinux, bool syscalls_fentry)
 {
 	o->block = load_block(core, vmlinux);
-	o->aio = load_aio(core, vmlinux);
+	o->aio = load_aio(core, vmlinux, syscalls_fentry);
 	o->netfs = load_netfs(core, vmlinux);
 	/* uprobe_multi links: kernels 6.6 and later */
 	o->uprobe_multi = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link",

@@ -24,9 +24,12 @@ struct optional_objects {
 	bool uprobe_multi;     /* the kernel has uprobe_multi links */
 };
 
-/* Before the core's probes attach: open and load NFS and RDMA objects. */
+/* Before the core's probes attach: open and load NFS and RDMA objects.
+ * syscalls_fentry: the core hooks system calls with fentry (hooks.h), so
+ * libaio's io_submit/io_getevents are hooked the same way (a syscall
+ * tracepoint attached would put every system call on the slow path). */
 void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
-			   struct btf *vmlinux);
+			   struct btf *vmlinux, bool syscalls_fentry);
 /* After: attach them, then load and attach the verbs uprobes (verbs_lib:
  * the libibverbs to probe, NULL for the system's, "none" for no verbs) and
  * the TLS uprobes (tls.h; tls_libs: more libraries, or {"none"}). */

@@ -42,6 +42,7 @@
 #include "objects.h"
 #include "probes.h"
 #include "profile.h"
+#include "hooks.h"
 #include "syscall_table.h"
 
 _Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 96 bytes");
@@ -553,6 +554,36 @@ static void fill_syscall_table(struct iotrace_bpf *skel)
 			skel->rodata->sys_op[syscall_table[i].nr] = syscall_table[i].op;
 }
 
+/* The system calls' way in (hooks.h): with fentry, the two tracepoint
+ * probes stand for the fentry and fexit programs (attached by hooks.c,
+ * shown as attached through in_multi) and are not loaded. */
+static int nhooked;
+static char hook_names[2][96];
+
+static void select_hooks(struct iotrace_bpf *skel, struct probe *probes, const struct btf *vmlinux,
+			 bool fentry)
+{
+	static const char *tp_names[2];
+
+	if (!tp_names[0]) {
+		tp_names[0] = probes[0].name;
+		tp_names[1] = probes[1].name;
+	}
+	nhooked = hooks_select(skel->obj, vmlinux, fentry);
+	for (int i = 0; i < 2; i++) {
+		probes[i].required = !fentry;
+		probes[i].in_multi = false;
+		probes[i].name = tp_names[i];
+		if (!fentry)
+			continue;
+		snprintf(hook_names[i], sizeof(hook_names[i]), "syscalls (%s on %d kernel functions)",
+			 i ? "fexit" : "fentry", nhooked);
+		probes[i].name = hook_names[i];
+		bpf_program__set_autoload(probes[i].bpf, false);
+		probes[i].bpf = NULL;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct optional_objects extra = {};
@@ -598,38 +629,64 @@ int main(int argc, char **argv)
 		close(errp[1]);
 	}
 
-	skel = iotrace_bpf__open();
-	if (!skel) {
-		say("cannot open the BPF object: %s", strerror(errno));
-		goto out;
-	}
-	fill_syscall_table(skel);
-	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
-
 	vmlinux = btf__load_vmlinux_btf();
 	if (!vmlinux) {
 		say("the kernel has no BTF (/sys/kernel/btf/vmlinux): iotrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y");
 		status("{\"type\":\"error\",\"error\":\"no-btf\"}");
 		goto out;
 	}
-	for (int i = 0; i < ncore; i++)
-		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
+	char hooks_why[256] = "";
+	int hooks_want = hooks_wanted(hooks_why, sizeof(hooks_why));
+	if (hooks_want < 0) {
+		say("%s", hooks_why);
+		btf__free(vmlinux);
+		rc = EXIT_USAGE;
+		goto out;
+	}
+	bool fentry = hooks_want != HOOKS_TRACEPOINT;
+	if (!fentry)
+		snprintf(hooks_why, sizeof(hooks_why), "IOTRACE_HOOKS=tracepoint");
+open_core:
+	skel = iotrace_bpf__open();
+	if (!skel) {
+		say("cannot open the BPF object: %s", strerror(errno));
+		btf__free(vmlinux);
+		goto out;
+	}
+	fill_syscall_table(skel);
+	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
 	for (int i = 0; i < ncore; i++) {
-		if (!btf_has_tracepoint(vmlinux, probes[i].tp)) {
+		probes[i].why[0] = 0;
+		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
+	}
+	for (int i = 0; i < ncore; i++) {
+		if (!btf_has_tracepoint(vmlinux, probes[i].tp) && !(fentry && i < 2)) {
 			snprintf(probes[i].why, sizeof(probes[i].why),
 				 "this kernel has no %s tracepoint", probes[i].tp);
 			bpf_program__set_autoload(probes[i].bpf, false);
 		}
 	}
+	select_hooks(skel, probes, vmlinux, fentry);
 	prepare_profile(skel, probes, ncore);
 	for (int i = 0; i < ncore; i++) {
 		if (probes[i].required && probes[i].why[0]) {
 			say("cannot trace: %s", probes[i].why);
+			btf__free(vmlinux);
 			goto out;
 		}
 	}
 
 	int load_err = iotrace_bpf__load(skel) ? errno : 0;
+	if (load_err && fentry && hooks_want == HOOKS_AUTO) {
+		/* no BPF trampolines here (or one the verifier refuses): the
+		 * tracepoints, with the reason kept for doctor and meta.json */
+		snprintf(hooks_why, sizeof(hooks_why), "the kernel refused fentry programs (%s)",
+			 strerror(load_err));
+		iotrace_bpf__destroy(skel);
+		skel = NULL;
+		fentry = false;
+		goto open_core;
+	}
 	if (load_err && load_err != EPERM) {
 		/* An optional probe this kernel's verifier refuses must not cost the
 		 * system calls: load again without the optional ones, each skipped
@@ -648,15 +705,23 @@ int main(int argc, char **argv)
 		bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
 		for (int i = 0; i < ncore; i++)
 			probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
+		select_hooks(skel, probes, vmlinux, fentry);
 		prepare_profile(skel, probes, ncore);
 		for (int i = 0; i < ncore; i++) {
-			if (probes[i].required)
+			if (probes[i].required || (fentry && i < 2))
 				continue;
 			if (!probes[i].why[0])
 				snprintf(probes[i].why, sizeof(probes[i].why), "%s", why);
 			bpf_program__set_autoload(probes[i].bpf, false);
 		}
 		load_err = iotrace_bpf__load(skel) ? errno : 0;
+	}
+	if (load_err && fentry) {
+		say("the kernel refused the fentry programs (%s): IOTRACE_HOOKS=fentry asks for "
+		    "them; unset it, or set IOTRACE_HOOKS=tracepoint", strerror(load_err));
+		status("{\"type\":\"error\",\"error\":\"load\",\"errno\":%d}", load_err);
+		btf__free(vmlinux);
+		goto out;
 	}
 	if (load_err) {
 		int e = load_err;
@@ -668,7 +733,27 @@ int main(int argc, char **argv)
 		btf__free(vmlinux);
 		goto out;
 	}
-	load_optional_objects(&extra, skel->obj, vmlinux);
+	if (fentry) {
+		/* attached now, before the optional objects share the maps: a
+		 * kernel that loads fentry programs but will not attach them
+		 * falls back to the tracepoints like one that refuses to load them */
+		int e = hooks_attach();
+		if (e && hooks_want == HOOKS_AUTO) {
+			snprintf(hooks_why, sizeof(hooks_why), "fentry programs would not attach (%s)",
+				 strerror(-e));
+			iotrace_bpf__destroy(skel);
+			skel = NULL;
+			fentry = false;
+			goto open_core;
+		}
+		if (e) {
+			say("cannot attach the fentry hooks (IOTRACE_HOOKS=fentry): %s", strerror(-e));
+			btf__free(vmlinux);
+			goto out;
+		}
+		probes[0].in_multi = probes[1].in_multi = true;
+	}
+	load_optional_objects(&extra, skel->obj, vmlinux, fentry);
 	btf__free(vmlinux);
 	attach_probes(core_probes, ncore);
 	for (int i = 0; i < ncore; i++) {
@@ -680,11 +765,19 @@ int main(int argc, char **argv)
 	attach_optional_objects(&extra, skel->obj, opt.verbs_lib, opt.tls_libs);
 	all_probes_json(attached, sizeof(attached), true);
 	all_probes_json(skipped, sizeof(skipped), false);
+	/* how system calls are hooked, for doctor and meta.json */
+	static char hooks_json[1024];
+	snprintf(hooks_json, sizeof(hooks_json),
+		 "\"syscall_hooks\":\"%s\",\"syscall_hooks_why\":\"%s\","
+		 "\"syscall_functions_absent\":\"%s\"",
+		 fentry ? "fentry" : "tracepoint", fentry ? "" : hooks_why,
+		 fentry ? hooks_absent() : "");
 
 	if (opt.check) {
-		status("{\"type\":\"check\",\"attached\":%s,\"skipped\":%s}", attached, skipped);
+		status("{\"type\":\"check\",\"attached\":%s,\"skipped\":%s,%s}", attached, skipped,
+		       hooks_json);
 		if (!status_out)
-			printf("{\"attached\":%s,\"skipped\":%s}\n", attached, skipped);
+			printf("{\"attached\":%s,\"skipped\":%s,%s}\n", attached, skipped, hooks_json);
 		rc = 0;
 		goto out;
 	}
@@ -732,10 +825,10 @@ int main(int argc, char **argv)
 	t0 = now_ns();
 	clock_gettime(CLOCK_REALTIME, &rt);
 	status("{\"type\":\"ready\",\"pid\":%d,\"monotonic_ns\":%llu,\"realtime_ns\":%llu,"
-	       "\"attached\":%s,\"skipped\":%s,\"verbs_library\":\"%s\"}",
+	       "\"attached\":%s,\"skipped\":%s,\"verbs_library\":\"%s\",%s}",
 	       opt.cmd ? child_pid : opt.npids ? opt.pids[0] : 0, (unsigned long long)t0,
 	       (unsigned long long)rt.tv_sec * 1000000000ull + rt.tv_nsec, attached, skipped,
-	       probed_verbs_library() ? probed_verbs_library() : "");
+	       probed_verbs_library() ? probed_verbs_library() : "", hooks_json);
 
 	if (opt.cmd) {
 		/* Tracing is on: let the job go, then learn whether exec worked. */
@@ -848,6 +941,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Detach first, then drain what is left, then close the last segment. */
+	hooks_detach();
 	detach_all_probes();
 	if (!sp.failed)
 		ring_buffer__consume(rb);
@@ -922,6 +1016,7 @@ out:
 		waitpid(child_pid, NULL, 0);
 	}
 	ring_buffer__free(rb);
+	hooks_detach();
 	detach_all_probes();
 	destroy_optional_objects(&extra);
 	iotrace_bpf__destroy(skel);

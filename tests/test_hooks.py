@@ -1,0 +1,81 @@
+"""System calls are hooked with fentry/fexit on their kernel functions where
+the kernel allows it, else with the sys_enter/sys_exit tracepoints. Both ways
+must record the same calls of the same workload. This machine's kernel
+refuses fentry; Debian's 6.1 runs this file under QEMU (tests/test_vm.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import WORKLOADS, iotrace_cmd, needs_root, rows, trace_run
+from iotrace.session import recorder_path
+
+pytestmark = [needs_root()]
+
+
+def hooks_here(kind: str) -> bool:
+    """Whether the recorder loads and attaches with IOTRACE_HOOKS=kind."""
+    proc = subprocess.run([recorder_path(), "--check"], capture_output=True, text=True,
+                          env={**os.environ, "IOTRACE_HOOKS": kind})
+    return proc.returncode == 0 and json.loads(proc.stdout)["syscall_hooks"] == kind
+
+
+def calls_on(trace, prefix: str) -> dict:
+    return {(p[len(prefix):], op): tuple(v) for p, op, *v in rows(trace, """
+        select f.path, e.op, count(*), coalesce(sum(e.ret) filter (where e.ret > 0), 0),
+               count(*) filter (where e.ret < 0), coalesce(sum(e.req_bytes), 0),
+               count(distinct e.tid)
+        from events e join files f using (file_id)
+        where f.path like ? and e.op not in ('block_rq', 'page_fault', 'cache_fill')
+        group by all""", prefix + "%")}
+
+
+def test_default_hooks_are_named_with_the_reason(tmp_path):
+    proc, trace = trace_run(tmp_path / "t", "true")
+    assert proc.returncode == 0, proc.stderr
+    probes = trace.meta["probes"]
+    assert probes["syscall_hooks"] in ("fentry", "tracepoint")
+    if probes["syscall_hooks"] == "tracepoint":
+        assert probes["syscall_hooks_why"]        # why not fentry, for the user
+        assert "syscalls (sys_enter)" in probes["attached"]
+    else:
+        assert any(p.startswith("syscalls (fentry on") for p in probes["attached"])
+
+
+def test_bad_hooks_setting_is_one_line(tmp_path):
+    proc = iotrace_cmd("run", "-q", "-o", str(tmp_path / "t"), "--", "true",
+                       env={**os.environ, "IOTRACE_HOOKS": "kprobe"})
+    assert proc.returncode == 3
+    assert "IOTRACE_HOOKS=kprobe: give fentry, tracepoint or auto" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.skipif(not hooks_here("fentry"), reason="this kernel refuses fentry programs "
+                    "(the 6.1 VM test runs this)")
+def test_fentry_and_tracepoints_record_the_same_calls(tmp_path):
+    traces = {}
+    for kind in ("fentry", "tracepoint"):
+        d = tmp_path / f"data-{kind}"
+        proc, trace = trace_run(tmp_path / kind, "python3", str(WORKLOADS / "profile_mix.py"),
+                                str(d), "2", env={**os.environ, "IOTRACE_HOOKS": kind})
+        assert proc.returncode == 0, proc.stderr
+        assert trace.meta["probes"]["syscall_hooks"] == kind
+        assert trace.meta["drops"] == 0
+        traces[kind] = (trace, str(d) + "/")
+    (fe, fd), (tp, td) = traces["fentry"], traces["tracepoint"]
+    got_fe, got_tp = calls_on(fe, fd), calls_on(tp, td)
+    assert got_fe == got_tp
+    assert got_fe[("data.bin", "pread64")][0] == 45 * 2
+    # call by call on the data file: the same ops, offsets, sizes and results
+    seq = """select e.op, e."offset", e.req_bytes, e.ret, e.flags from events e
+             join files f using (file_id) where f.path = ? order by e.ts_ns"""
+    assert rows(fe, seq, fd + "data.bin") == rows(tp, seq, td + "data.bin")
+    # paths of the opens resolve the same way
+    assert sorted(p[len(fd):] for (p,) in rows(fe, "select path from files where path like ?",
+                                                 fd + "%")) == \
+        sorted(p[len(td):] for (p,) in rows(tp, "select path from files where path like ?",
+                                            td + "%"))
