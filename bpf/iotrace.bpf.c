@@ -87,22 +87,47 @@ static __always_inline void drop_op(__u16 op)
 __s64 live_procs = 0;
 
 /*
- * Pre-filter in front of the traced map: a byte per tgid bucket, set when a
- * tgid of that bucket is traced (never cleared: a stale byte only costs a map
- * lookup). Every syscall of every process on the machine passes here, so
- * untraced processes pay one memory load instead of a hash lookup.
+ * Filter in front of the traced map: a slot per tgid bucket holds 0 (no
+ * traced tgid), the one traced tgid of the bucket, or IOT_SLOT_SHARED (two
+ * traced tgids met there once: ask the map from then on). Every call of
+ * every process on the machine passes here: untraced ones pay one memory
+ * load, and traced ones no hash lookup unless their bucket is shared. A
+ * tgid's slot is cleared when its process ends (so a reused pid is not
+ * traced); a shared slot stays shared.
  */
 #define IOT_BUCKETS 65536
-__u8 maybe_traced[IOT_BUCKETS] = {};
+#define IOT_SLOT_SHARED (~0ull)
+/* 64-bit slots: clang 14's BPF backend has no 32-bit compare-and-swap */
+__u64 traced_slot[IOT_BUCKETS] = {};
 
 static __always_inline bool maybe(__u32 tgid)
 {
-	return maybe_traced[tgid & (IOT_BUCKETS - 1)];
+	__u64 v = traced_slot[tgid & (IOT_BUCKETS - 1)];
+
+	return v && (v == tgid || v == IOT_SLOT_SHARED);
 }
 
 static __always_inline bool is_traced(__u32 tgid)
 {
-	return maybe(tgid) && bpf_map_lookup_elem(&traced, &tgid) != NULL;
+	__u64 v = traced_slot[tgid & (IOT_BUCKETS - 1)];
+
+	if (v == tgid && v)
+		return true;
+	return v == IOT_SLOT_SHARED && bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+static __always_inline void slot_add(__u32 tgid)
+{
+	__u64 *slot = &traced_slot[tgid & (IOT_BUCKETS - 1)];
+	__u64 old = __sync_val_compare_and_swap(slot, 0, (__u64)tgid);
+
+	if (old && old != tgid)
+		*slot = IOT_SLOT_SHARED;
+}
+
+static __always_inline void slot_remove(__u32 tgid)
+{
+	__sync_val_compare_and_swap(&traced_slot[tgid & (IOT_BUCKETS - 1)], (__u64)tgid, 0);
 }
 
 static __always_inline __u64 rb_flags(void)
@@ -948,13 +973,23 @@ static __always_inline int on_exit_op(__u16 op, long ret)
 	/* a file the job read or wrote: what kernel threads submit for it
 	 * (writeback, bios a throttle held back) is the job's */
 	if (st->op <= IOT_PWRITEV2 && ret > 0 && (st->imode & S_IFMT_) == S_IFREG_ && st->ino) {
-		struct file_key k = { .ino = st->ino, .dev = st->dev };
-		__u64 *known = bpf_map_lookup_elem(&job_files, &k);
 		__u64 v = (pid_tgid >> 32) | (st->op >= IOT_WRITE ? IOT_JOB_WROTE : IOT_JOB_READ);
-		if (known && (__u32)*known == (__u32)v)
-			v |= *known;
-		if (!known || *known != v)
-			bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
+		__u32 bits = v >> 32;
+
+		/* the thread marked this file so already: no map lookup (the
+		 * entry keeps the process that marked it, not the last one) */
+		if (st->jf_ino != st->ino || st->jf_dev != st->dev || (st->jf_bits & bits) != bits) {
+			struct file_key k = { .ino = st->ino, .dev = st->dev };
+			__u64 *known = bpf_map_lookup_elem(&job_files, &k);
+			if (known && (__u32)*known == (__u32)v)
+				v |= *known;
+			if (!known || *known != v)
+				bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
+			st->jf_bits = st->jf_ino == st->ino && st->jf_dev == st->dev ?
+				st->jf_bits | bits : bits;
+			st->jf_ino = st->ino;
+			st->jf_dev = st->dev;
+		}
 	}
 	p1 = path_args(st->op, &p2);
 	if (profile_mode) {
@@ -1107,11 +1142,11 @@ int BPF_PROG(iot_fork, struct task_struct *parent, struct task_struct *child)
 	if (!is_traced(ptgid))
 		return 0;
 	if (ctgid != ptgid) {
-		maybe_traced[ctgid & (IOT_BUCKETS - 1)] = 1;
 		if (bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY)) {
 			count(IOT_CNT_TRACED_FULL);
 			return 0;
 		}
+		slot_add(ctgid);
 		__sync_fetch_and_add(&live_procs, 1);
 		b = life_event(IOT_PROC_FORK, ptgid, parent->pid, ctgid);
 	} else {
@@ -1181,6 +1216,7 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 		return 0;
 	life_emit(b, 0);
 	if (group_dead) {
+		slot_remove(tgid);
 		bpf_map_delete_elem(&traced, &tgid);
 		__sync_fetch_and_add(&live_procs, -1);
 	}

@@ -64,6 +64,11 @@ struct inflight {
 	__u64 fill_added;
 	__u32 fill_dev;
 	__u32 fill_magic;
+	/* the file this thread last marked in job_files, and how (IOT_JOB_*
+	 * bits >> 32): a run of reads of one file updates the map once */
+	__u64 jf_ino;
+	__u32 jf_dev;
+	__u32 jf_bits;
 };
 
 struct {

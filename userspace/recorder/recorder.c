@@ -278,9 +278,16 @@ static int add_traced(struct iotrace_bpf *skel, pid_t pid)
 	__u32 key = pid;
 	__u8 one = 1;
 
-	skel->bss->maybe_traced[pid & (sizeof(skel->bss->maybe_traced) - 1)] = 1;
+	__u64 *slot = &skel->bss->traced_slot[pid & (sizeof(skel->bss->traced_slot) /
+						      sizeof(skel->bss->traced_slot[0]) - 1)];
+	__u64 expect = 0;
+
 	if (bpf_map_update_elem(bpf_map__fd(skel->maps.traced), &key, &one, BPF_NOEXIST))
 		return errno == EEXIST ? 0 : -1;
+	/* the BPF side's filter (bpf/iotrace.bpf.c traced_slot), shared memory */
+	if (!__atomic_compare_exchange_n(slot, &expect, (__u64)pid, false, __ATOMIC_SEQ_CST,
+					 __ATOMIC_SEQ_CST) && expect != (__u64)pid)
+		__atomic_store_n(slot, ~0ull, __ATOMIC_SEQ_CST);
 	__sync_fetch_and_add(&skel->bss->live_procs, 1);
 	return 1;
 }
