@@ -1050,6 +1050,16 @@ int BPF_PROG(iot_fx_##fn, struct pt_regs *regs, long ret)			\
 }
 IOT_SYSCALL_HOOKS(IOT_FENTRY)
 
+/* fentry on a call iotrace does not record: only what any system call does
+ * (on_enter_op with op 0) */
+#define IOT_FENTRY_FLUSH(fn)							\
+SEC("fentry/__x64_sys_" #fn)							\
+int BPF_PROG(iot_ff_##fn, struct pt_regs *regs)					\
+{										\
+	return on_enter_op(regs, 0);						\
+}
+IOT_FLUSH_HOOKS(IOT_FENTRY_FLUSH)
+
 /* ---- lock contention --------------------------------------------------- */
 
 SEC("tp_btf/contention_begin")

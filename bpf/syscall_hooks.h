@@ -76,4 +76,14 @@
 	X(accept4, IOT_ACCEPT4) \
 	X(ioctl, IOT_IOCTL)
 
+/*
+ * System calls iotrace does not record that end a page fault's window (a
+ * fault is pending until the thread's next system call: see flush_fault) or
+ * change mappings (the cached mapping of the last fault): the tracepoints
+ * see every system call, fentry only these. fentry programs only.
+ */
+#define IOT_FLUSH_HOOKS(X) \
+	X(wait4) X(waitid) X(rt_sigtimedwait) X(rt_sigsuspend) X(msgrcv) X(semtimedop) \
+	X(semop) X(mremap) X(mprotect) X(brk) X(madvise)
+
 #endif

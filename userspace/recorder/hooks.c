@@ -21,6 +21,12 @@ struct hook {
 static struct hook hooks[] = { IOT_SYSCALL_HOOKS(HOOK) };
 #define NHOOKS (sizeof(hooks) / sizeof(hooks[0]))
 
+/* entry-only hooks on calls not recorded (bpf/syscall_hooks.h); a kernel
+ * without one of them has no such call to miss */
+#define FLUSH(fn) { #fn },
+static struct hook flushes[] = { IOT_FLUSH_HOOKS(FLUSH) };
+#define NFLUSHES (sizeof(flushes) / sizeof(flushes[0]))
+
 static char absent[1024];
 
 int hooks_wanted(char *why, size_t len)
@@ -63,6 +69,17 @@ int hooks_select(struct bpf_object *obj, const struct btf *vmlinux, bool fentry)
 			bpf_program__set_autoload(h->exit, h->on);
 		n += h->on;
 	}
+	for (size_t i = 0; i < NFLUSHES; i++) {
+		struct hook *h = &flushes[i];
+
+		snprintf(name, sizeof(name), "iot_ff_%s", h->fn);
+		h->enter = bpf_object__find_program_by_name(obj, name);
+		snprintf(name, sizeof(name), "__x64_sys_%s", h->fn);
+		h->on = fentry && h->enter &&
+			btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) > 0;
+		if (h->enter)
+			bpf_program__set_autoload(h->enter, h->on);
+	}
 	return n;
 }
 
@@ -80,6 +97,13 @@ int hooks_attach(void)
 		if (!h->lx)
 			goto fail;
 	}
+	for (size_t i = 0; i < NFLUSHES; i++) {
+		if (!flushes[i].on)
+			continue;
+		flushes[i].le = bpf_program__attach(flushes[i].enter);
+		if (!flushes[i].le)
+			goto fail;
+	}
 	return 0;
 fail:
 	{
@@ -95,6 +119,10 @@ void hooks_detach(void)
 		bpf_link__destroy(hooks[i].le);
 		bpf_link__destroy(hooks[i].lx);
 		hooks[i].le = hooks[i].lx = NULL;
+	}
+	for (size_t i = 0; i < NFLUSHES; i++) {
+		bpf_link__destroy(flushes[i].le);
+		flushes[i].le = NULL;
 	}
 }
 
