@@ -228,8 +228,9 @@ class Outcome:
     captured: Optional[int] = None    # read calls on the data files in the tool's output
     out_bytes: Optional[int] = None   # size of the tool's output on disk
     events: Optional[int] = None      # events (or, for a profile, calls) that output holds
-    note: str = ""
-    events_only_bpe: Optional[float] = None   # iotrace: events/*.parquet alone, per event
+    # Figures for the notes column, by label ("{:.1f} B/event of events/*.parquet"):
+    # the median over the repetitions goes in the label's {}.
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -285,17 +286,18 @@ class Iotrace(Tool):
         import iotrace  # the package is installed in the venv beside the CLI
         prefix = str(w.data_dir) + "/"
         ops = ", ".join(f"'{o}'" for o in READ_OPS)
-        note = f"drops {meta.get('drops', 0)}" if meta.get("drops") else ""
+        extra = {"{:,.0f} drops": meta["drops"]} if meta.get("drops") else {}
         if not self.profile:
             t = iotrace.open_trace(str(out))
             captured = t.con.execute(
                 f"select count(*) from events e join files f on e.file_id = f.file_id "
                 f"where e.op in ({ops}) and starts_with(f.path, ?)", [prefix]).fetchone()[0]
-            o = Outcome(secs, issued, captured, dir_bytes(out), int(meta["events"]), note)
             if meta.get("events") and meta.get("events_parquet_bytes"):
-                o.events_only_bpe = meta["events_parquet_bytes"] / meta["events"]
-            return o
-        return Outcome(secs, issued, *self.profile_counts(out, prefix, ops), note=note)
+                extra["events/*.parquet alone {:.1f} B/event"] = (
+                    meta["events_parquet_bytes"] / meta["events"])
+            return Outcome(secs, issued, captured, dir_bytes(out), int(meta["events"]),
+                           extra)
+        return Outcome(secs, issued, *self.profile_counts(out, prefix, ops), extra)
 
     @staticmethod
     def profile_counts(out: Path, prefix: str, ops: str) -> tuple[int, int, int]:
@@ -375,9 +377,12 @@ class Darshan(Tool):
                         past_eof += 1
                     else:
                         captured += 1
-        note = f"{len(logs)} log(s)" + (f", {incomplete} incomplete" if incomplete else "") \
-            + (f", {past_eof} reads past EOF not counted" if past_eof else "")
-        return Outcome(secs, issued, captured, sum(dir_bytes(p) for p in logs), events, note)
+        extra = {"{:.0f} log(s)": len(logs)}
+        if incomplete:
+            extra["{:.0f} marked incomplete (out of memory)"] = incomplete
+        if past_eof:
+            extra["{:,.0f} reads past EOF (another fd's) not counted"] = past_eof
+        return Outcome(secs, issued, captured, sum(dir_bytes(p) for p in logs), events, extra)
 
 
 def find_dftracer(explicit: Optional[str], py: str) -> Optional[Path]:
@@ -433,7 +438,7 @@ class DFTracer(Tool):
                     if m and m.group(1) in READ_OPS + ("pread",):
                         captured += 1     # DATA_DIR: only the data files are traced
         return Outcome(secs, issued, captured, sum(dir_bytes(p) for p in logs), events,
-                       f"{len(logs)} file(s)")
+                       {"{:.0f} file(s)": len(logs)})
 
 
 class Bpftrace(Tool):
@@ -554,31 +559,41 @@ class Cell:
     bytes_per_event: list[float] = field(default_factory=list)
     events: list[int] = field(default_factory=list)
     issued: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    events_only_bpe: list[float] = field(default_factory=list)
+    extra: dict[str, list[float]] = field(default_factory=dict)
     skip: Optional[str] = None
 
 
 def measure(tools: list[Tool], workloads: list[Workload], reps: int,
             work: Path) -> dict[tuple[str, str], Cell]:
     cells = {(w.name, t.name): Cell() for w in workloads for t in tools}
+    for w in workloads:     # a first, uncounted run of each: caches, lazy set-up
+        if not w.skip_reason:
+            warm(w.data_dir)
+            try:
+                run_checked(w.cmd, f"{w.name} (warm-up)")
+            except BenchError as e:
+                w.skip_reason = f"skipped: {e}"
+    progress("warm-up runs done")
     for rep in range(reps):
         order = tools[rep % len(tools):] + tools[:rep % len(tools)]
         for w in workloads:
             if w.skip_reason:
                 continue
-            warm(w.data_dir)
             got: dict[str, Outcome] = {}
             for t in order:
                 cell = cells[(w.name, t.name)]
                 if t.skip_reason or cell.skip:
                     continue
+                # Right before each run: other jobs on a shared machine drop the page
+                # cache (tests do), and an idle page can be reclaimed within a minute.
+                warm(w.data_dir)
                 scratch = Path(tempfile.mkdtemp(prefix=f"{w.name}-", dir=work))
                 try:
                     got[t.name] = t.run(w, scratch)
                 except BenchError as e:
-                    if isinstance(t, Untraced):
-                        raise
+                    if isinstance(t, Untraced):     # no baseline: this repetition is lost
+                        progress(f"{w.name} untraced, rep {rep + 1}: {e}")
+                        continue
                     cell.skip = f"failed: {e}"
                     progress(f"{w.name} / {t.name}: {cell.skip}")
                 except Exception as e:            # a parser's surprise: skip the cell
@@ -598,10 +613,8 @@ def measure(tools: list[Tool], workloads: list[Workload], reps: int,
                 if o.out_bytes is not None and o.events:
                     cell.bytes_per_event.append(o.out_bytes / o.events)
                     cell.events.append(o.events)
-                if o.note and o.note not in cell.notes:
-                    cell.notes.append(o.note)
-                if o.events_only_bpe is not None:
-                    cell.events_only_bpe.append(o.events_only_bpe)
+                for label, value in o.extra.items():
+                    cell.extra.setdefault(label, []).append(value)
             progress(f"rep {rep + 1}/{reps} {w.name}: " + ", ".join(
                 f"{n} {o.seconds:.2f}s" + (f" {o.captured}/{o.issued}" if o.captured is not None
                                           else "") for n, o in got.items()))
@@ -646,11 +659,8 @@ def format_table(tools: list[Tool], workloads: list[Workload],
                 rows.append((t.name, f"{secs:.3f} s", f"{issued:,.0f} {w.unit} issued",
                              "-", "-", f"{secs / issued * 1e6:.2f} us/call" if issued else ""))
                 continue
-            notes = c.notes + ([c.skip] if c.skip else [])
-            if c.events_only_bpe:
-                notes.insert(0, f"events/*.parquet alone "
-                                f"{statistics.median(c.events_only_bpe):.1f} B/event")
-            notes = "; ".join(notes)
+            notes = [label.format(statistics.median(vals)) for label, vals in c.extra.items()]
+            notes = ", ".join(notes + ([c.skip] if c.skip else []))
             rows.append((t.name, ratio_fmt(c.ratios) if c.ratios else "-",
                          med_range(c.completeness, "{:.3f}"),
                          med_range(c.bytes_per_event, "{:.1f}"),
@@ -813,6 +823,7 @@ def main(argv: list[str]) -> int:
                          if w.name in want_wl]
             progress("making the data files")
             make_data(work, py, sizes, {w.name for w in workloads if not w.skip_reason})
+            os.sync()    # the new files' writeback would otherwise slow the first runs
             cells = measure(tools, workloads, reps, work)
         text = (header + "\n\n" + legend(reps) + "\n\n"
                 + format_table(tools, workloads, cells, reps))
