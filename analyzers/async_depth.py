@@ -48,7 +48,7 @@ PER_PROC = """
                as dev_bytes,
            (select any_value(cmdline) from processes p where p.pid = t.pid) as cmdline
     from tot t join busy b using (pid, iface)
-    order by t.bytes desc"""
+    order by t.bytes desc, t.pid, t.iface"""
 
 
 def run(ctx: Context) -> list[Finding]:

@@ -49,7 +49,7 @@ PER_DEVICE = f"""
            median(dur_ns) as p50_ns, quantile_cont(dur_ns, 0.99) as p99_ns,
            sum(dur_ns) as busy_ns
     from events where op = 'block_rq' and ret = 0 and flags & 255 = {REQ_OP_READ}
-    group by mode order by bytes desc"""
+    group by mode order by bytes desc, dev"""
 
 
 def covered_ns(ctx: Context, lo: int, hi: int) -> int:

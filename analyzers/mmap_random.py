@@ -34,7 +34,7 @@ PER_FILE = """
                               or off > prev_off + greatest(prev_brought, 4096)) as n_random,
            sum(brought) as brought, sum(dur_ns) as stall_ns, median(dur_ns) as p50_ns,
            count(distinct pid) as procs
-    from f group by file_id order by stall_ns desc"""
+    from f group by file_id order by stall_ns desc, file_id"""
 
 
 def run(ctx: Context) -> list[Finding]:

@@ -40,7 +40,7 @@ PER_FILE = f"""
            coalesce(r.rd, 0) + coalesce(m.rd, 0) as rd,
            coalesce(r.miss, 0) + coalesce(m.miss, 0) as miss
     from r full join m using (file_id)
-    order by rd desc"""
+    order by rd desc, path, file_id"""
 
 
 def run(ctx: Context) -> list[Finding]:

@@ -51,7 +51,7 @@ PER_FILE = f"""
            coalesce(m.majors, 0) as majors, coalesce(m.brought, 0) as fault_brought
     from ids left join r using (file_id) left join a using (file_id)
          left join c using (file_id) left join m using (file_id))
-    select * from f order by brought - used desc"""
+    select * from f order by brought - used desc, file_id"""
 
 
 def run(ctx: Context) -> list[Finding]:
