@@ -72,6 +72,7 @@ class Context:
     window: Optional[tuple[int, int]] = None   # the training window (ns), once known
     loop_tids: tuple[int, ...] = ()            # the training loop threads, once known
     checkpoints: list = field(default_factory=list)  # write bursts (checkpoint_burst.bursts)
+    made: set = field(default_factory=set)     # shared tables made (views.shared_table)
 
     @property
     def duration_s(self) -> float:

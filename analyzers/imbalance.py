@@ -108,19 +108,23 @@ def timeline(ctx: Context, gap_ns: int) -> Timeline:
     """Reads in flight and idle gaps from one sweep: +1 at each read's start, -1 at
     its end (ends first at equal times); the running sum is the number in flight,
     and an end that brings it to 0 opens a gap that lasts until the next start."""
+    # (t, d) sorts as one key k = 2t + (d + 1) / 2: ends (d = -1) first at equal times.
+    # The three longest gaps are picked from the idle rows alone.
     swept = ctx.one(f"""
-        with x as (select s as t, 1 as d from {READS}
-                   union all select e as t, -1 as d from {READS}),
-        w as (select t, sum(d) over (order by t, d rows unbounded preceding) as c,
-                     case when d = -1 then lead(t) over (order by t, d) - t end as gap from x),
-        g as (select *, c = 0 and gap > {gap_ns} as idle from w),
-        r as (select *, row_number() over (order by case when idle then gap end desc nulls last,
-                                                    t) as n from g)
-        select coalesce(max(c), 0), count(*) filter (where idle),
-               coalesce(max(gap) filter (where idle), 0),
-               coalesce(sum(gap) filter (where idle), 0),
-               list({{'t': t, 'gap': gap}}) filter (where idle and n <= 3)
-        from r""")
+        with x as (select s as t, 1 as d, s * 2 + 1 as k from {READS}
+                   union all select e as t, -1 as d, e * 2 as k from {READS}),
+        w as materialized (
+            select t, c, gap, c = 0 and gap > {gap_ns} as idle
+            from (select t, sum(d) over (order by k rows unbounded preceding) as c,
+                         case when d = -1 then lead(t) over (order by k) - t end as gap
+                  from x)),
+        longest as (select t, gap from w where idle order by gap desc, t limit 3),
+        a as (select coalesce(max(c), 0) as c, count(*) filter (where idle) as gaps,
+                     coalesce(max(gap) filter (where idle), 0) as longest_ns,
+                     coalesce(sum(gap) filter (where idle), 0) as idle_ns
+              from w),
+        b as (select list({{'t': t, 'gap': gap}}) as gaps3 from longest)
+        select a.c, a.gaps, a.longest_ns, a.idle_ns, b.gaps3 from a cross join b""")
     read_ns, first, last = ctx.one(f"select sum(dur_ns), min(s), max(e) from {READS}")
     # the three longest gaps, longest first (an aggregate's list has no order
     # in every engine: sorted here)

@@ -32,32 +32,37 @@ from __future__ import annotations
 
 from .base import Context, Finding, Rule
 from .rates import human_bytes
+from .views import read_streams
 
 # A read's place in its stream (pid, fd, file), and what makes it non-sequential.
 LAG = "lag(off + nbytes) over (partition by pid, fd, file_id order by ts_ns) as prev_end"
 NONSEQ = "coalesce(prev_end is not null and off <> prev_end and off <> 0, false)"
 REWIND = "coalesce(prev_end is not null and off = 0 and prev_end <> 0, false)"
-READS = "_random_access_reads"      # temp table: every read, classified (one window pass)
+READS = "_random_access_reads"      # temp view: every read, classified
+
+PER_FILE = "_random_access_files"   # temp table: the per-file counts, made once per run
 
 # lseek whence SEEK_CUR = 1; lseek(fd, 0, SEEK_CUR) only asks the position.
+PER_FILE_SQL = f"""
+create or replace temp table {PER_FILE} as
+with sk as (select file_id, count(*) as seeks from events
+            where op = 'lseek' and file_id >= 0 and not (flags = 1 and arg = 0)
+            group by file_id)
+select k.file_id, any_value(f.path) as path, count(*) as reads,
+       count(*) filter (where nonseq) as nonseq_reads,
+       count(*) filter (where rewind) as rewinds,
+       coalesce(any_value(sk.seeks), 0) as seeks, sum(nbytes) as bytes,
+       sum(dur_ns) as dur_ns,
+       quantile_disc(jump, 0.5) filter (where nonseq) as jump,
+       quantile_disc(req_bytes, 0.5) as median_req
+from {READS} k join files f using (file_id) left join sk using (file_id)
+group by k.file_id"""
+
 FLAGGED = f"""
-    sk as (select file_id, count(*) as seeks from events
-           where op = 'lseek' and file_id >= 0 and not (flags = 1 and arg = 0)
-           group by file_id),
-    per_file as (
-        select k.file_id, any_value(f.path) as path, count(*) as reads,
-               count(*) filter (where nonseq) as nonseq_reads,
-               count(*) filter (where rewind) as rewinds,
-               coalesce(any_value(sk.seeks), 0) as seeks, sum(nbytes) as bytes,
-               sum(dur_ns) as dur_ns,
-               quantile_disc(jump, 0.5) filter (where nonseq) as jump,
-               quantile_disc(req_bytes, 0.5) as median_req
-        from {READS} k join files f using (file_id) left join sk using (file_id)
-        group by k.file_id),
     flagged as (
         select *, nonseq_reads / reads as share, seeks / reads as seeks_per_read,
                nonseq_reads >= ? * reads as random
-        from per_file
+        from {PER_FILE}
         where reads >= ? and (nonseq_reads >= ? * reads or seeks >= ? * reads))"""
 
 
@@ -78,15 +83,17 @@ def params(th: dict) -> tuple:
 
 
 def run(ctx: Context) -> list[Finding]:
-    ctx.con.execute(f"""create or replace temp table {READS} as
+    # the reads' stream positions (LAG) come from the shared window pass
+    ctx.con.execute(f"""create or replace temp view {READS} as
         select file_id, pid, nbytes, req_bytes, dur_ns, {NONSEQ} as nonseq,
                {REWIND} as rewind, abs(off - prev_end) as jump
-        from (select file_id, pid, off, nbytes, req_bytes, dur_ns, {LAG}
-              from io where dir = 'read' and ret >= 0)""")
+        from {read_streams(ctx)}""")
     try:
+        ctx.con.execute(PER_FILE_SQL)
         return findings(ctx, ctx.th(RULE.id))
     finally:
-        ctx.con.execute(f"drop table if exists {READS}")
+        ctx.con.execute(f"drop table if exists {PER_FILE}")
+        ctx.con.execute(f"drop view if exists {READS}")
 
 
 def findings(ctx: Context, th: dict) -> list[Finding]:

@@ -30,19 +30,25 @@ from __future__ import annotations
 from iotrace.abi import READ_OPS, sql_list
 
 from .base import Context, Finding, Rule
-from .random_access import LAG   # a read's place in its stream (pid, fd, file)
 from .rates import human_bytes
+from .views import read_streams
 
-PER_FILE = f"""
-    with s as (select file_id, path, off, nbytes, cache_added, dur_ns, {LAG}
-               from data_io where dir = 'read' and nbytes > 0),
-    r as (select file_id, any_value(path) as path, 'system calls' as iface, count(*) as n,
-                 count(prev_end) as n_after,
-                 count(*) filter (where off = prev_end) as n_seq,
-                 count(*) filter (where cache_added > 0) as n_miss,
-                 coalesce(sum(cache_added), 0) as brought, avg(nbytes) as mean_read,
-                 coalesce(sum(dur_ns) filter (where cache_added > 0), 0) as miss_ns
-          from s group by file_id),
+# s: the reads that moved bytes, on data files; prev_end is where the previous
+# such read of the stream ended (random_access.LAG over these reads: read_streams).
+PER_FILE = """
+    with s as (select file_id, off, nbytes, cache_added, dur_ns, prev_moved_end as prev_end
+               from read_streams where nbytes > 0
+                 and file_id in (select file_id from data_file_ids)),
+    rs as (select file_id, count(*) as n,
+                  count(prev_end) as n_after,
+                  count(*) filter (where off = prev_end) as n_seq,
+                  count(*) filter (where cache_added > 0) as n_miss,
+                  coalesce(sum(cache_added), 0) as brought, avg(nbytes) as mean_read,
+                  coalesce(sum(dur_ns) filter (where cache_added > 0), 0) as miss_ns
+           from s group by file_id),
+    r as (select rs.file_id, f.path, 'system calls' as iface, n, n_after, n_seq, n_miss,
+                 brought, mean_read, miss_ns
+          from rs join files f using (file_id)),
     f as (select file_id, path, brought, dur_ns,
                  lag(off) over (partition by tid, file_id order by ts_ns) as prev_off, off
           from data_faults where major),
@@ -53,11 +59,12 @@ PER_FILE = f"""
                  sum(dur_ns) as miss_ns
           from f group by file_id)
     select * from r union all select * from m
-    order by miss_ns desc"""
+    order by miss_ns desc, file_id, iface"""
 
 
 def run(ctx: Context) -> list[Finding]:
     th = ctx.th("readahead-missing")
+    read_streams(ctx)
     hits = []
     for fid, path, iface, n, n_after, n_seq, n_miss, brought, mean_read, miss_ns in \
             ctx.rows(PER_FILE):

@@ -13,7 +13,7 @@ from .impact import apply_impact
 from .registry import all_rules
 from .thresholds import load_thresholds
 from .verdict import make_verdict
-from .views import create_views
+from .views import create_views, uncache_events
 from .waits import THRESHOLDS as WAIT_THRESHOLDS, analyse
 
 # The verdict's thresholds, overridable like a rule's ([verdict] in the TOML file).
@@ -64,7 +64,16 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
     rules = all_rules()
     thresholds = load_thresholds(rules + [VERDICT], thresholds_path)
     con = trace.con
-    create_views(con)
+    cached = create_views(con)
+    try:
+        return _build(trace, targets, rules, thresholds, only, window_s)
+    finally:
+        uncache_events(con, cached)
+
+
+def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
+           only: Optional[list[str]], window_s: Optional[tuple[float, float]]) -> Report:
+    con = trace.con
     t0, t1 = con.execute("select min(ts_ns), max(ts_ns + dur_ns) from events "
                          "where op != 'offcpu'").fetchone()
     ctx = Context(con=con, meta=trace.meta, targets=targets, thresholds=thresholds,

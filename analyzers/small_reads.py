@@ -62,11 +62,19 @@ PER_FILE = f"""
                 where weighted_median_req <= ? and file_bytes >= ? and calls >= ?)"""
 
 
+FLAGGED = "_small_reads_flagged"   # temp table: the flagged files (PER_FILE), made once
+# the CTEs the queries after flagged_files use: the sizes and the flagged files
+FLAGGED_CTE = f"sizes as (select * from {SIZES} where rd), flagged as (select * from {FLAGGED})"
+
+
 def flagged_files(ctx: Context, th: dict) -> list[tuple]:
-    """(file_id, path, file_bytes, calls, bytes, dur_ns, median_req, weighted_median_req)."""
-    return ctx.rows(f"""with {PER_FILE}
+    """(file_id, path, file_bytes, calls, bytes, dur_ns, median_req, weighted_median_req);
+    makes the FLAGGED table."""
+    ctx.con.execute(f"""create or replace temp table {FLAGGED} as
+        with {PER_FILE} select * from flagged""", list(params(th)))
+    return ctx.rows(f"""
         select file_id, path, file_bytes, calls, bytes, dur_ns, median_req, weighted_median_req
-        from flagged order by calls desc, file_id""", *params(th))
+        from {FLAGGED} order by calls desc, file_id""")
 
 
 def params(th: dict) -> tuple:
@@ -77,7 +85,7 @@ def params(th: dict) -> tuple:
 def distribution(ctx: Context, th: dict) -> dict:
     """Request-size percentiles over the flagged files' reads, a power-of-two
     histogram, and the per-call overhead fit."""
-    p10, p50, p90, pb = ctx.one(f"""with {PER_FILE},
+    p10, p50, p90, pb = ctx.one(f"""with {FLAGGED_CTE},
         s as (select req_bytes, sum(calls) as calls, sum(bytes) as bytes
               from sizes where file_id in (select file_id from flagged) group by req_bytes),
         c as (select *, sum(calls) over w as cc, sum(bytes) over w as cb,
@@ -86,17 +94,17 @@ def distribution(ctx: Context, th: dict) -> dict:
         select min(req_bytes) filter (where 10 * cc >= tc),
                min(req_bytes) filter (where 2 * cc >= tc),
                min(req_bytes) filter (where 10 * cc >= 9 * tc),
-               min(req_bytes) filter (where 2 * cb >= tb) from c""", *params(th))
-    hist = ctx.rows(f"""with {PER_FILE}
+               min(req_bytes) filter (where 2 * cb >= tb) from c""")
+    hist = ctx.rows(f"""with {FLAGGED_CTE}
         select case when req_bytes <= 0 then 0
                     else cast(pow(2, floor(log2(req_bytes))) as bigint) end as b,
                sum(calls), sum(bytes)
         from sizes where file_id in (select file_id from flagged)
-        group by b order by b""", *params(th))
-    icept, med_dur = ctx.one(f"""with {PER_FILE}
+        group by b order by b""")
+    icept, med_dur = ctx.one(f"""with {FLAGGED_CTE}
         select regr_intercept(i.dur_ns, i.nbytes), median(i.dur_ns)
         from io i where i.dir = 'read' and i.ret >= 0
-          and i.file_id in (select file_id from flagged)""", *params(th))
+          and i.file_id in (select file_id from flagged)""")
     if icept is not None and 0 < icept <= med_dur:
         overhead, method = float(icept), "intercept"
     else:
@@ -114,6 +122,7 @@ def run(ctx: Context) -> list[Finding]:
     try:
         return findings(ctx, ctx.th(RULE.id))
     finally:
+        ctx.con.execute(f"drop table if exists {FLAGGED}")
         ctx.con.execute(f"drop table if exists {SIZES}")
 
 
@@ -136,11 +145,11 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
     qualifier = "about" if d["overhead_method"] == "intercept" else "at most"
     high = share >= th["high_bytes_share"] and calls_per_mib >= th["high_calls_per_mib"]
     top = files[0]
-    procs = ctx.rows(f"""with {PER_FILE}
+    procs = ctx.rows(f"""with {FLAGGED_CTE}
         select i.pid, any_value(p.cmdline), count(*), sum(nbytes)
         from io i left join processes p using (pid)
         where i.dir = 'read' and i.ret >= 0 and i.file_id in (select file_id from flagged)
-        group by i.pid order by 3 desc, 1 limit 5""", *params(th))
+        group by i.pid order by 3 desc, 1 limit 5""")
     examples = ctx.rows("""
         select ts_ns, pid, tid, off, req_bytes from io
         where dir = 'read' and ret >= 0 and file_id = ? and req_bytes in (?, ?)

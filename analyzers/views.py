@@ -1,6 +1,10 @@
 """DuckDB views the rules share, created once per report."""
 from __future__ import annotations
 
+import os
+import tempfile
+from typing import Optional
+
 from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, READ_OPS, WRITE_OPS,  # noqa: F401
                          sql_list)
 
@@ -30,9 +34,101 @@ NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
                r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
 
 
-def create_views(con) -> None:
-    """`io` is materialised once: every rule scans it, and re-joining files
-    for each query doubled the cost on large traces."""
+# Bytes a cached event takes in DuckDB's memory (uncompressed columns; 137
+# measured on a synthetic training trace), and the share of the memory
+# available the cache may take.
+EVENT_CACHE_BYTES = 160
+EVENT_CACHE_SHARE = 0.25
+# DuckDB may use this share of the memory available (the rest is Python's:
+# the wait analysis keeps the loop threads' timelines in numpy) and spills
+# what does not fit to a temporary directory.
+DUCKDB_MEMORY_SHARE = 0.5
+CACHE = "report_events"
+
+
+def mem_available() -> int:
+    """Bytes of memory available (MemAvailable), or the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def tune(con) -> None:
+    """DuckDB only (a Spark connection has its own settings): a memory limit
+    that leaves Python room, and a temporary directory to spill to (the
+    default is `.tmp` under the current directory)."""
+    if hasattr(con, "spark"):
+        return
+    limit_mib = int(mem_available() * DUCKDB_MEMORY_SHARE) >> 20
+    tmp = os.path.join(tempfile.gettempdir(), f"iotrace-duckdb-{os.getpid()}")
+    con.execute(f"set memory_limit = '{limit_mib}MiB'")
+    con.execute(f"set temp_directory = '{tmp}'")
+
+
+def _enum(con, col: str) -> str:
+    """An ENUM type of a column's values, in sorted order (so that it sorts as
+    the strings do)."""
+    vals = [r[0] for r in con.execute(f"select distinct {col} from events "
+                                      f"where {col} is not null order by 1").fetchall()]
+    if not vals:
+        return "varchar"
+    return "enum(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in vals) + ")"
+
+
+def cache_events(con) -> Optional[str]:
+    """Reads the events from Parquet once into a DuckDB temporary table that
+    the `events` view then reads, when it fits in memory: the rules scan the
+    events some fifty times, and decoding the Parquet columns was most of each
+    scan. `op` and `fd_kind` become ENUMs there (of the trace's values, sorted
+    like the strings): the rules' many `op in (...)` filters compare small
+    integers. A trace too large for memory is read from its Parquet files.
+    DuckDB only. Returns the view's own definition, for uncache_events."""
+    if hasattr(con, "spark"):
+        return None
+    row = con.execute("select sql from duckdb_views() where view_name = 'events' "
+                      "and schema_name = 'main' and not temporary").fetchone()
+    if row is None or CACHE in row[0]:
+        return None
+    n = con.execute("select count(*) from events").fetchone()[0]
+    if n == 0 or n * EVENT_CACHE_BYTES > EVENT_CACHE_SHARE * mem_available():
+        return None
+    con.execute(f"""create or replace temp table {CACHE} as
+                    select * replace (op::{_enum(con, 'op')} as op,
+                                      fd_kind::{_enum(con, 'fd_kind')} as fd_kind)
+                    from events""")
+    con.execute(f"create or replace view events as select * from {CACHE}")
+    return row[0]
+
+
+def uncache_events(con, view_sql: Optional[str]) -> None:
+    """`events` reads its Parquet files again, and the cache's memory is freed."""
+    if view_sql is None:
+        return
+    con.execute(view_sql.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1))
+    con.execute(f"drop table if exists {CACHE}")
+
+
+def create_views(con) -> Optional[str]:
+    """The events are cached in memory when they fit (cache_events; what it
+    returns is returned, for uncache_events). `io` is materialised once: every
+    rule scans it, and re-joining files for each query doubled the cost on
+    large traces."""
+    tune(con)
+    cached = cache_events(con)
+    try:
+        _shared_views(con)
+    except BaseException:
+        uncache_events(con, cached)
+        raise
+    return cached
+
+
+def _shared_views(con) -> None:
     con.execute(f"""
         create or replace temp table io as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,
@@ -45,6 +141,10 @@ def create_views(con) -> None:
     con.execute(f"""
         create or replace temp view data_io as
         select * from io where ret >= 0 and file_id not in
+            (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
+    con.execute(f"""
+        create or replace temp view data_file_ids as
+        select file_id from files where file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     # io_uring and libaio requests: submission to completion, many in flight
     # at once, so their durations are latencies, not time a thread spent in a
@@ -82,3 +182,30 @@ def create_views(con) -> None:
                e.ret, coalesce(e.path, f.path) as path
         from events e left join files f using (file_id)
         where e.op in {sql_list(META_OPS)}""")
+
+
+# Every read that did not fail, with its place in its stream (the reads of one
+# process on one fd and file, in time order): where the previous read ended
+# (prev_end), and where the previous read that moved bytes ended
+# (prev_moved_end). One window pass that random-access and readahead-missing share.
+READ_STREAMS_SQL = """
+create or replace temp table read_streams as
+select file_id, pid, off, nbytes, req_bytes, dur_ns, cache_added,
+       lag(off + nbytes) over (partition by pid, fd, file_id order by ts_ns) as prev_end,
+       last_value(case when nbytes > 0 then off + nbytes end ignore nulls) over (
+           partition by pid, fd, file_id order by ts_ns
+           rows between unbounded preceding and 1 preceding) as prev_moved_end
+from io where dir = 'read' and ret >= 0"""
+
+
+def shared_table(ctx, name: str, sql: str) -> str:
+    """Creates a temporary table several rules read, once per report."""
+    if name not in ctx.made:
+        ctx.con.execute(sql)
+        ctx.made.add(name)
+    return name
+
+
+def read_streams(ctx) -> str:
+    """The `read_streams` table (READ_STREAMS_SQL); its name."""
+    return shared_table(ctx, "read_streams", READ_STREAMS_SQL)
