@@ -32,6 +32,7 @@ from iotrace.abi import (OPEN_OPS, POLL_OPS, READ_OPS, RECV_OPS, SLEEP_OPS, SYNC
                          WRITE_OPS, sql_list)
 
 from . import intervals as ivl
+from .views import mem_available
 
 AF_UNIX = 1
 THRESHOLDS = {
@@ -233,7 +234,7 @@ def _depths(con) -> dict[int, int]:
 
 def _checkpoint_only(con, threads: dict) -> tuple[list[Loop], Optional[str]]:
     r = con.execute("""select tid, sum(nbytes) from data_io where dir = 'write'
-                       group by tid order by 2 desc limit 1""").fetchone()
+                       group by tid order by 2 desc, 1 limit 1""").fetchone()
     if not r:
         return [], "no dataset reads and no file writes: nothing to judge"
     tid = int(r[0])
@@ -243,26 +244,126 @@ def _checkpoint_only(con, threads: dict) -> tuple[list[Loop], Optional[str]]:
 
 # ---- per-thread timelines ---------------------------------------------------
 
-def _calls(con, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-    cols = con.execute(f"""
-        select e.ts_ns, e.ts_ns + e.dur_ns as end_ns, e.op::varchar as op, e.fd_kind::varchar as kind,
-               e.mode,
-               coalesce(e.file_id in (select file_id from data_files), false) as is_data,
-               coalesce(e.file_id in (select file_id from ckpt_files), false) as is_ckpt,
-               coalesce(e.chan_ino, -1) as chan_ino
-        from events e where e.tid = {tid} and e.op != 'offcpu'
-          and e.ts_ns < {hi} and e.ts_ns + e.dur_ns > {lo}
-        order by e.ts_ns""").fetchnumpy()
-    return {k: np.asarray(v) for k, v in cols.items()}
+# What the timelines need of each call, decided in SQL (strings are never
+# fetched): one bit per class of op, fd kind and file set.
+CALL_FLAGS = {
+    "loader_op": READ_OPS + POLL_OPS + RECV_OPS + ("connect", "sendmsg"),
+    "sleep_op": SLEEP_OPS,
+    "wait_op": ("futex",) + POLL_OPS,
+    "nfs_fetch_op": ("nfs_read", "nfs_readahead"),
+    "xfer_op": WRITE_OPS + ("sendto", "sendmsg"),
+    "ckpt_op": WRITE_OPS + SYNC_OPS + OPEN_OPS + ("close", "rename", "renameat", "renameat2"),
+}
+KIND_FLAGS = {"is_pipe": "pipe", "is_socket": "socket", "is_chr": "chr"}
+FILE_FLAGS = {"is_data": "data_files", "is_ckpt": "ckpt_files"}
+FLAG_BIT = {k: 1 << i for i, k in enumerate([*CALL_FLAGS, *KIND_FLAGS, *FILE_FLAGS])}
+NO_COST = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
-def _offcpu(con, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-    cols = con.execute(f"""
-        select ts_ns, ts_ns + dur_ns as end_ns, "offset" as wake, ret as waker,
-               arg as waker_pid
-        from events where tid = {tid} and op = 'offcpu' and ts_ns < {hi} and ts_ns + dur_ns > {lo}
-        order by ts_ns""").fetchnumpy()
-    return {k: np.asarray(v) for k, v in cols.items()}
+def _flags_sql() -> str:
+    """SQL: the bits of an events row (FLAG_BIT)."""
+    ops: dict[str, int] = {}
+    for k, names in CALL_FLAGS.items():
+        for n in names:
+            ops[n] = ops.get(n, 0) | FLAG_BIT[k]
+    op_bits = "case " + " ".join(f"when op = '{n}' then {b}" for n, b in sorted(ops.items())) \
+        + " else 0 end"
+    kind_bits = "case " + " ".join(f"when fd_kind = '{v}' then {FLAG_BIT[k]}"
+                                   for k, v in KIND_FLAGS.items()) + " else 0 end"
+    file_bits = " + ".join(f"case when file_id in (select file_id from {t}) then {FLAG_BIT[k]} "
+                           "else 0 end" for k, t in FILE_FLAGS.items())
+    return f"({op_bits}) + ({kind_bits}) + {file_bits}"
+
+
+class Timelines:
+    """The calls and off-CPU intervals of the threads the analysis looks at,
+    read from the events in one query per batch of threads (not one per thread
+    and question) and kept in numpy, sorted by time. At most `max_rows` events
+    are kept (a tenth of the memory available): batches are cut to fit, and
+    the threads loaded longest ago make room (read again if asked for again)."""
+
+    ROW_BYTES = 80              # numpy bytes per event kept, about
+
+    def __init__(self, con, max_rows: Optional[int] = None):
+        self.con = con
+        self.max_rows = max_rows or max(1, int(0.1 * mem_available()) // self.ROW_BYTES)
+        self._calls: dict[int, dict[str, np.ndarray]] = {}
+        self._off: dict[int, dict[str, np.ndarray]] = {}
+        self._rows: dict[int, int] = {}        # in load order
+
+    def load(self, tids) -> None:
+        want = {int(t) for t in tids}
+        need = sorted(want - set(self._calls))
+        if not need:
+            return
+        counts = dict(self.con.execute(f"""select tid, count(*) from events
+                                          where tid in ({",".join(map(str, need))})
+                                          group by tid""").fetchall())
+        batch, n = [], 0
+        for t in need:
+            c = int(counts.get(t, 0))
+            if batch and n + c > self.max_rows:
+                self._fetch(batch, want)
+                batch, n = [], 0
+            batch.append(t)
+            n += c
+        self._fetch(batch, want)
+
+    def _fetch(self, need: list[int], keep: set) -> None:
+        cols = self.con.execute(f"""
+            select tid, ts_ns, ts_ns + dur_ns as end_ns, op = 'offcpu' as is_off,
+                   {_flags_sql()} as bits, mode, coalesce(chan_ino, -1) as chan_ino,
+                   "offset" as wake, ret as waker, arg as waker_pid
+            from events
+            where tid in ({",".join(map(str, need))}) and op is not null
+              and ts_ns is not null and dur_ns is not null
+            order by tid, ts_ns, end_ns""").fetchnumpy()
+        cols = {k: np.asarray(v) for k, v in cols.items()}
+        off = cols.pop("is_off").astype(bool)
+        bits = cols.pop("bits").astype(np.int64)
+        for k, b in FLAG_BIT.items():
+            cols[k] = (bits & b) != 0
+        del bits
+        call_keys = ["ts_ns", "end_ns", *FLAG_BIT, "mode", "chan_ino"]
+        off_keys = ["ts_ns", "end_ns", "wake", "waker", "waker_pid"]
+        for store, sel, keys in ((self._calls, ~off, call_keys), (self._off, off, off_keys)):
+            tid = cols["tid"][sel]
+            part = {k: cols[k][sel] for k in keys}
+            for t in need:      # own copies when several threads share the arrays
+                a, b = np.searchsorted(tid, [t, t + 1])
+                store[t] = {k: (v[a:b].copy() if len(need) > 1 else v[a:b])
+                            for k, v in part.items()}
+        del cols
+        for t in need:
+            self._rows[t] = len(self._calls[t]["ts_ns"]) + len(self._off[t]["ts_ns"])
+        # make room: the threads loaded longest ago that are not asked for now
+        for t in list(self._rows):
+            if sum(self._rows.values()) <= self.max_rows:
+                break
+            if t not in keep and t not in need:
+                self.drop([t])
+
+    def drop(self, tids) -> None:
+        for t in tids:
+            self._calls.pop(int(t), None)
+            self._off.pop(int(t), None)
+            self._rows.pop(int(t), None)
+
+    @staticmethod
+    def _window(cols: dict[str, np.ndarray], lo: int, hi: int) -> dict[str, np.ndarray]:
+        keep = (cols["ts_ns"] < hi) & (cols["end_ns"] > lo)
+        return {k: v[keep] for k, v in cols.items()}
+
+    def calls(self, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """The thread's calls (not off-CPU intervals) overlapping [lo, hi), by start."""
+        self.load([tid])
+        return self._window(self._calls[int(tid)], lo, hi)
+
+    def offcpu(self, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Its off-CPU intervals overlapping [lo, hi): wake (ns from the start to the
+        wake-up, -1: none seen), waker (tid) and waker_pid."""
+        self.load([tid])
+        return self._window(self._off[int(tid)], lo, hi)
 
 
 def _runnable(off) -> np.ndarray:
@@ -277,29 +378,29 @@ def _blocked(off, wakers: Optional[set] = None) -> np.ndarray:
     return ivl.as_iv(off["ts_ns"][keep], (off["ts_ns"] + off["wake"])[keep])
 
 
-def _episodes(con, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarray:
+def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarray:
     """The loop's data waits: its loader calls (poll, read or receive on a pipe
     or unix socket, its own dataset I/O) and the off-CPU time a producer-side
     thread ended, with gaps under merge_gap_ms closed."""
-    c = _calls(con, loop.tid, lo, hi)
-    off = _offcpu(con, loop.tid, lo, hi)
+    c = tl.calls(loop.tid, lo, hi)
+    off = tl.offcpu(loop.tid, lo, hi)
     side = set(loop.producers)
-    loader_op = np.isin(c["op"], READ_OPS + POLL_OPS + RECV_OPS + ("connect", "sendmsg"))
-    pipes = _producer_pipes(con, side) if side else []
-    chan = (c["kind"] == "pipe") & np.isin(c["chan_ino"], pipes) & loader_op
-    unix = (c["kind"] == "socket") & (c["mode"] == AF_UNIX) & loader_op
+    loader_op = c["loader_op"]
+    pipes = _producer_pipes(tl.con, side) if side else []
+    chan = c["is_pipe"] & np.isin(c["chan_ino"], pipes) & loader_op
+    unix = c["is_socket"] & (c["mode"] == AF_UNIX) & loader_op
     pieces = [ivl.as_iv(c["ts_ns"][chan], c["end_ns"][chan])]
     if loop.how == "self-loading":      # its own dataset I/O (a consumer's own reads are not waits)
         own = c["is_data"] & ~c["is_ckpt"]
         pieces.append(ivl.as_iv(c["ts_ns"][own], c["end_ns"][own]))
     if side:
         woken = np.isin(off["waker"], list(side))
-        sl = np.isin(c["op"], SLEEP_OPS)
+        sl = c["sleep_op"]
         sleeping = ivl.union(ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]))
         w = ivl.as_iv(off["ts_ns"][woken], off["end_ns"][woken])
         pieces.append(ivl.subtract(ivl.union(w), sleeping))
         # a futex or poll call whose wait a producer ended is a wait for data as a whole
-        waits = np.isin(c["op"], ("futex",) + POLL_OPS)
+        waits = c["wait_op"]
         calls = ivl.as_iv(c["ts_ns"][waits], c["end_ns"][waits])
         if len(calls) and len(w):
             mid = (w[:, 0] + w[:, 1]) // 2
@@ -325,19 +426,19 @@ def _producer_pipes(con, side: set) -> list[int]:
           and op in {sql_list(WRITE_OPS)}""").fetchall()]
 
 
-def _paint_producer(con, tid: int, eps: np.ndarray, readers: set, helper: bool):
+def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, helper: bool):
     """Elementary segments of a producer thread inside the episodes:
     (starts, ends, label, call ts) where label 0 is on CPU (prep, or transfer
     for a helper thread that reads no data), and call ts the covering call's
     entry time (-1 if none)."""
     lo, hi = int(eps[0, 0]), int(eps[-1, 1])
-    c = _calls(con, tid, lo, hi)
-    off = _offcpu(con, tid, lo, hi)
+    c = tl.calls(tid, lo, hi)
+    off = tl.offcpu(tid, lo, hi)
     runnable = _runnable(off)
     contention = _blocked(off, readers - {tid}) if tid in readers else ivl.EMPTY
     blocked = _blocked(off)
-    fetch = c["is_data"] & ~c["is_ckpt"] | np.isin(c["op"], ("nfs_read", "nfs_readahead"))
-    xfer = np.isin(c["op"], WRITE_OPS + ("sendto", "sendmsg")) & np.isin(c["kind"], ["pipe", "socket"])
+    fetch = c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"]
+    xfer = c["xfer_op"] & (c["is_pipe"] | c["is_socket"])
     layers = [blocked, contention, ivl.as_iv(c["ts_ns"][xfer], c["end_ns"][xfer]),
               ivl.as_iv(c["ts_ns"][fetch], c["end_ns"][fetch]), runnable]
     layers = [ivl.clip(x, lo, hi) for x in layers]
@@ -383,27 +484,27 @@ def _per_episode(eps: np.ndarray, iv: np.ndarray) -> np.ndarray:
                        minlength=len(eps))
 
 
-def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
+def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
     """Ns of each data wait by cause ((n, 5), columns in STALL_KEYS order),
-    and (tid, call ts, ns) of the wait attributed to each producer call.
+    and (tids, call ts, ns): arrays of the wait attributed to each producer call.
     While the loop is blocked, each instant is shared equally among the
     producer-side threads that are active then (not idle); the loop's own
     time on CPU inside a wait is transfer (it receives and unpacks the
     batch), its runnable time cpu-starved."""
     per = np.zeros((len(eps), len(STALL_KEYS)))
-    cost: list[tuple[int, int, float]] = []
+    cost = NO_COST
     if len(eps) == 0:
         return per, cost
     other, starved, transfer = (STALL_KEYS.index(k) for k in ("other", "cpu_starved", "transfer"))
     if loop.how == "self-loading":
-        s, e, lab, cts = _paint_producer(con, loop.tid, eps, {loop.tid}, False)
+        s, e, lab, cts = _paint_producer(tl, loop.tid, eps, {loop.tid}, False)
         lens = (e - s).astype(float)
         _add(per, eps, s, lens, _col(lab))
         m = cts >= 0
-        cost = [(loop.tid, int(t), float(x)) for t, x in zip(cts[m], lens[m])]
+        cost = (np.full(int(m.sum()), loop.tid, dtype=np.int64), cts[m], lens[m])
         return per, cost
     lo, hi = int(eps[0, 0]), int(eps[-1, 1])
-    off = _offcpu(con, loop.tid, lo, hi)
+    off = tl.offcpu(loop.tid, lo, hi)
     l_run = ivl.intersect(ivl.union(_runnable(off)), eps)
     l_blk = ivl.intersect(ivl.union(_blocked(off)), eps)
     # the loop's own time: on CPU -> transfer, runnable -> cpu_starved
@@ -413,7 +514,7 @@ def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
     per[:, transfer] += ep_len - run_ep - blk_ep
     segs = []
     for tid in loop.producers:
-        s, e, lab, cts = _paint_producer(con, tid, eps, readers, tid not in readers)
+        s, e, lab, cts = _paint_producer(tl, tid, eps, readers, tid not in readers)
         act = lab != IDLE
         segs.append((np.full(act.sum(), tid), s[act], e[act], lab[act], cts[act]))
     if not segs:
@@ -437,18 +538,18 @@ def stall_causes(con, loop: Loop, eps: np.ndarray, readers: set):
     share = W[np.searchsorted(g, e)] - W[np.searchsorted(g, s)]
     _add(per, eps, s, share, _col(lab))
     m = (cts >= 0) & (share > 0)
-    cost = list(zip(tids[m].tolist(), cts[m].tolist(), share[m].tolist()))
+    cost = (tids[m], cts[m], share[m])
     return per, cost
 
 
-def wakers(con, loop: Loop, eps: np.ndarray) -> np.ndarray:
+def wakers(tl: Timelines, loop: Loop, eps: np.ndarray) -> np.ndarray:
     """(tid, pid, wake-up ns) of the thread that woke the loop at the end of
     each data wait: the waker of its last off-CPU interval ending in the wait
     (-1 where it ended on CPU or no waker was seen)."""
     out = np.full((len(eps), 3), -1, dtype=np.int64)
     if len(eps) == 0:
         return out
-    off = _offcpu(con, loop.tid, int(eps[0, 0]), int(eps[-1, 1]))
+    off = tl.offcpu(loop.tid, int(eps[0, 0]), int(eps[-1, 1]))
     ok = (off["wake"] >= 0) & (off["waker"] > 0)
     end = off["end_ns"][ok]
     if len(end) == 0:
@@ -468,10 +569,12 @@ def create_file_sets(con) -> None:
     """The dataset: files read in directories that hold at least 1% of the
     bytes read from data files (a stray config file read at start-up is not
     the dataset); checkpoint files: files written with at least 1 MiB."""
+    # bytes per file first, the directory per file (not per read) after
     con.execute("""create or replace temp table data_files as
-                   with f as (select file_id, regexp_replace(path, '/[^/]*$', '') as d,
-                                     sum(nbytes) as b
-                              from data_io where dir = 'read' group by all),
+                   with fb as (select file_id, path, sum(nbytes) as b
+                               from data_io where dir = 'read' group by file_id, path),
+                        f as (select file_id, regexp_replace(path, '/[^/]*$', '') as d, b
+                              from fb),
                         dirs as (select d from f group by d
                                  having sum(b) >= 0.01 * (select sum(b) from f))
                    select file_id from f where d in (select d from dirs)""")
@@ -488,8 +591,11 @@ def analyse(con, th: dict, t0: int, t1: int,
     loops, reason = find_loops(con, th, prod)
     if not loops:
         return Waits([], (t0, t1), "trace", {}, dict.fromkeys(STALL_KEYS, 0.0), 0, reason)
+    tl = Timelines(con)
+    loop_tids = {lp.tid for lp in loops}
+    tl.load(loop_tids)
     for lp in loops:
-        lp.episodes = _episodes(con, lp, t0, t1, th)
+        lp.episodes = _episodes(tl, lp, t0, t1, th)
     source = "option"
     if window is None:
         window = detect_window(loops, t0, t1)
@@ -500,20 +606,22 @@ def analyse(con, th: dict, t0: int, t1: int,
     budget = dict.fromkeys(("window", "compute", "compute_cpu", "compute_sleep", "compute_gpu",
                             "data_wait", "checkpoint", "other"), 0.0)
     stall = dict.fromkeys(STALL_KEYS, 0.0)
-    costs: list = []
+    costs: list = []      # (tids, call ts, ns) arrays
     per_loop = []
     steps = 0
     states = []
     for lp in loops:
         eps = ivl.clip(lp.episodes, lo, hi)
-        b, ck = loop_budget(con, lp, eps, lo, hi)
-        per, cost = stall_causes(con, lp, eps, readers)
-        costs += cost
+        tl.load(lp.producers)
+        b, ck = loop_budget(tl, lp, eps, lo, hi)
+        per, cost = stall_causes(tl, lp, eps, readers)
+        costs.append(cost)
         for k in budget:
             budget[k] += b[k]
         for i, k in enumerate(STALL_KEYS):
             stall[k] += per[:, i].sum() / 1e9
-        states.append(LoopStates(lp.pid, lp.tid, lp.name, eps, per, wakers(con, lp, eps), ck))
+        states.append(LoopStates(lp.pid, lp.tid, lp.name, eps, per, wakers(tl, lp, eps), ck))
+        tl.drop(set(lp.producers) - loop_tids)
         n = len(eps)        # episodes are already merged: one per step
         steps += n
         per_loop.append({"pid": lp.pid, "tid": lp.tid, "thread": lp.name, "how": lp.how,
@@ -522,10 +630,11 @@ def analyse(con, th: dict, t0: int, t1: int,
                          "data_wait_share": b["data_wait"] / b["window"] if b["window"] else None})
     tot = sum(stall.values())
     shares = {k: (v / tot if tot > 0 else 0.0) for k, v in stall.items()}
-    if costs:
-        tbl = pa.table({"tid": pa.array([c[0] for c in costs], pa.int32()),
-                        "ts_ns": pa.array([c[1] for c in costs], pa.int64()),
-                        "cost_ns": pa.array([c[2] for c in costs], pa.float64())})
+    if sum(len(c[0]) for c in costs):
+        tbl = pa.table({"tid": pa.array(np.concatenate([c[0] for c in costs]), pa.int32()),
+                        "ts_ns": pa.array(np.concatenate([c[1] for c in costs]), pa.int64()),
+                        "cost_ns": pa.array(np.concatenate([c[2] for c in costs]).astype(float),
+                                            pa.float64())})
         con.register("wait_cost_in", tbl)
         con.execute("""insert into wait_cost select tid, ts_ns, sum(cost_ns)
                        from wait_cost_in group by all""")
@@ -551,22 +660,21 @@ def detect_window(loops: list[Loop], t0: int, t1: int) -> Optional[tuple[int, in
     return min(starts), max(ends)
 
 
-def loop_budget(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> tuple[dict, np.ndarray]:
+def loop_budget(tl: Timelines, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> tuple[dict, np.ndarray]:
     """Seconds of the loop thread in the window: data wait (eps), checkpoint
     (its writes, syncs, opens and renames of checkpoint files), compute as a
     sleep or on a device (char device calls: GPU drivers), other time
     blocked, and the rest on CPU (compute); and its checkpoint intervals."""
-    c = _calls(con, lp.tid, lo, hi)
-    off = _offcpu(con, lp.tid, lo, hi)
+    c = tl.calls(lp.tid, lo, hi)
+    off = tl.offcpu(lp.tid, lo, hi)
     data = ivl.union(eps)
-    ck_ops = np.isin(c["op"], WRITE_OPS + SYNC_OPS + OPEN_OPS + ("close", "rename", "renameat",
-                                                                 "renameat2"))
+    ck_ops = c["ckpt_op"]
     ck = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][ck_ops & c["is_ckpt"]],
                                                   c["end_ns"][ck_ops & c["is_ckpt"]]), lo, hi)), data)
     used = ivl.union(np.concatenate([data, ck]))
-    sl = np.isin(c["op"], SLEEP_OPS)
+    sl = c["sleep_op"]
     sleep = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]), lo, hi)), used)
-    gp = c["kind"] == "chr"
+    gp = c["is_chr"]
     gpu = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][gp], c["end_ns"][gp]), lo, hi)),
                        ivl.union(np.concatenate([used, sleep])))
     used = ivl.union(np.concatenate([used, sleep, gpu]))
