@@ -38,12 +38,16 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple
 
+import numpy as np
+
 from .base import Context, Finding, Rule
 from .rates import human_rate
+from .views import mem_available
 
 # The job's data reads, gathered once per run into this temporary table: the
 # sweep's sort over a table is several times faster than over the io view.
 READS = "imbalance_data_reads"
+SWEEP_ROW_BYTES = 48        # numpy bytes per read in the sweep, at the peak
 
 
 class Worker(NamedTuple):
@@ -104,10 +108,42 @@ def workers(ctx: Context, th: dict) -> tuple[str, list[Worker]]:
     return "thread", pick(readers(ctx, "tid"))
 
 
+def sweep_numpy(s: np.ndarray, e: np.ndarray, gap_ns: int) -> tuple:
+    """The sweep's numbers (max in flight, idle gaps, longest, idle ns, the three
+    longest as [{t, gap}]) from sorted arrays, the same as the SQL sweep's: the
+    count in flight peaks just after a start (ends at or before it have ended);
+    an idle gap opens where the running maximum of the ends, in start order,
+    falls short of the next start (gap_ns >= 0, and every read ends after it
+    starts)."""
+    if len(s) == 0:
+        return 0, 0, 0, 0, []
+    order = np.argsort(s, kind="stable")
+    ss, ebs = s[order], e[order]
+    del order
+    es = np.sort(e)
+    in_flight = np.arange(1, len(ss) + 1) - np.searchsorted(es, ss, side="right")
+    reach = np.maximum.accumulate(ebs)[:-1]
+    gap = ss[1:] - reach
+    idle = gap > gap_ns
+    g, t = gap[idle], reach[idle]
+    top = [{"t": int(t[i]), "gap": int(g[i])} for i in np.lexsort((t, -g))[:3]]
+    return (max(int(in_flight.max()), 0), int(idle.sum()), int(g.max()) if len(g) else 0,
+            int(g.sum()), top)
+
+
 def timeline(ctx: Context, gap_ns: int) -> Timeline:
     """Reads in flight and idle gaps from one sweep: +1 at each read's start, -1 at
     its end (ends first at equal times); the running sum is the number in flight,
-    and an end that brings it to 0 opens a gap that lasts until the next start."""
+    and an end that brings it to 0 opens a gap that lasts until the next start.
+    In numpy when the reads' starts and ends fit in a tenth of the memory
+    available (twice as fast as the SQL window), else in SQL."""
+    read_ns, first, last, n = ctx.one(f"select sum(dur_ns), min(s), max(e), count(*) "
+                                      f"from {READS}")
+    if n * SWEEP_ROW_BYTES <= 0.1 * mem_available():
+        x = ctx.con.execute(f"select s, e from {READS}").fetchnumpy()
+        swept = sweep_numpy(np.asarray(x["s"], dtype=np.int64),
+                            np.asarray(x["e"], dtype=np.int64), gap_ns)
+        return Timeline(swept[0], read_ns, first, last, *swept[1:4], swept[4])
     # (t, d) sorts as one key k = 2t + (d + 1) / 2: ends (d = -1) first at equal times.
     # The three longest gaps are picked from the idle rows alone.
     swept = ctx.one(f"""
@@ -125,7 +161,6 @@ def timeline(ctx: Context, gap_ns: int) -> Timeline:
               from w),
         b as (select list({{'t': t, 'gap': gap}}) as gaps3 from longest)
         select a.c, a.gaps, a.longest_ns, a.idle_ns, b.gaps3 from a cross join b""")
-    read_ns, first, last = ctx.one(f"select sum(dur_ns), min(s), max(e) from {READS}")
     # the three longest gaps, longest first (an aggregate's list has no order
     # in every engine: sorted here)
     top = sorted(swept[4] or [], key=lambda g: (-g["gap"], g["t"]))
