@@ -239,7 +239,7 @@ static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 	(*(ctype *)((char *)(buf) + bpf_core_field_offset(type, field)))
 
 /* Fills the file identity of fd (and its position when want_pos). */
-static __always_inline void fd_identity(struct task_struct *task, int fd,
+static __noinline void fd_identity(struct task_struct *task, int fd,
 					struct inflight *st, bool want_pos)
 {
 	struct file *f = fd_file(task, fd);
@@ -290,6 +290,32 @@ static __always_inline void fd_identity(struct task_struct *task, int fd,
 		st->dev = BPF_CORE_READ(sb, s_dev);
 		st->magic = BPF_CORE_READ(sb, s_magic);
 	}
+}
+
+/* The identity of an fd a call returned (an open's new fd), worked out in
+ * per-CPU scratch: a second struct inflight does not fit the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct inflight);
+} ident_scratch SEC(".maps");
+
+static __always_inline struct inflight *new_fd_identity(struct task_struct *task, int fd)
+{
+	__u32 zero = 0;
+	struct inflight *t = bpf_map_lookup_elem(&ident_scratch, &zero);
+
+	if (!t)
+		return NULL;
+	t->ino = 0;
+	t->dev = 0;
+	t->magic = 0;
+	t->imode = 0;
+	t->xmode = 0;
+	t->eflags = 0;
+	fd_identity(task, fd, t, false);
+	return t;
 }
 
 /* Index of the lowest set bit of a non-zero word. Spelled out: clang 14's
@@ -486,11 +512,10 @@ static __always_inline int path_args(__u16 op, int *second)
 	return -1;
 }
 
-static __always_inline void fill_common(struct iot_event *e, struct inflight *st,
+static __always_inline void fill_common(struct iot_event *e, struct inflight *st, __u16 op,
 					__u64 now, __u64 pid_tgid, long ret)
 {
 	__u64 *a = st->a;
-	__u16 op = st->op;
 
 	e->ts_ns = st->ts;
 	e->dur_ns = now - st->ts;
@@ -728,21 +753,23 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	}
 }
 
-static __always_inline int emit_plain(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+static __always_inline int emit_plain(struct inflight *st, __u16 op, __u64 now, __u64 pid_tgid,
+				      long ret)
 {
 	struct iot_event *e = reserve_event();
 
 	if (!e) {
-		drop_op(st->op);
+		drop_op(op);
 		return 0;
 	}
-	fill_common(e, st, now, pid_tgid, ret);
+	fill_common(e, st, op, now, pid_tgid, ret);
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
 }
 
 static __always_inline int emit_with_paths(struct task_struct *task, struct inflight *st,
-					   __u64 now, __u64 pid_tgid, long ret, int p1, int p2)
+					   __u16 op, __u64 now, __u64 pid_tgid, long ret, int p1,
+					   int p2)
 {
 	__u32 zero = 0;
 	struct big_event *b = bpf_map_lookup_elem(&scratch, &zero);
@@ -751,17 +778,18 @@ static __always_inline int emit_with_paths(struct task_struct *task, struct infl
 
 	if (!b)
 		return 0;
-	fill_common(&b->ev, st, now, pid_tgid, ret);
+	fill_common(&b->ev, st, op, now, pid_tgid, ret);
 
 	/* A successful open: identity of the new fd's file. */
-	if ((st->op == IOT_OPEN || st->op == IOT_OPENAT || st->op == IOT_OPENAT2 ||
-	     st->op == IOT_CREAT) && ret >= 0) {
-		struct inflight tmp = {};
-		fd_identity(task, ret, &tmp, false);
-		b->ev.ino = tmp.ino;
-		b->ev.dev = tmp.dev;
-		b->ev.fs_magic = tmp.magic;
-		b->ev.imode = tmp.imode;
+	if ((op == IOT_OPEN || op == IOT_OPENAT || op == IOT_OPENAT2 ||
+	     op == IOT_CREAT) && ret >= 0) {
+		struct inflight *t = new_fd_identity(task, ret);
+		if (t) {
+			b->ev.ino = t->ino;
+			b->ev.dev = t->dev;
+			b->ev.fs_magic = t->magic;
+			b->ev.imode = t->imode;
+		}
 		b->ev.fd = ret;
 	}
 
@@ -792,17 +820,17 @@ static __always_inline int emit_with_paths(struct task_struct *task, struct infl
 	b->ev.str_len = total;
 	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + total, rb_flags())) {
 		count(IOT_CNT_DROPS);
-		drop_op(st->op);
+		drop_op(op);
 	}
 	return 0;
 }
 
 /* The inet socket calls whose data or address is captured. */
-static __always_inline bool inet_capture_call(struct inflight *st)
+static __always_inline bool inet_capture_call(struct inflight *st, __u16 op)
 {
 	if ((st->imode != S_IFSOCK_) || (st->xmode != AF_INET_ && st->xmode != AF_INET6_))
 		return false;
-	switch (st->op) {
+	switch (op) {
 	case IOT_READ: case IOT_WRITE: case IOT_READV: case IOT_WRITEV:
 	case IOT_RECVFROM: case IOT_SENDTO: case IOT_RECVMSG: case IOT_SENDMSG:
 	case IOT_CONNECT:
@@ -814,21 +842,22 @@ static __always_inline bool inet_capture_call(struct inflight *st)
 /* A socket call of the job that moved the start of an HTTP message, or a
  * connect: the record with its payload (http_capture.h). False when there is
  * nothing to capture: the plain record is written instead. */
-static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+static __always_inline bool emit_inet(struct inflight *st, __u16 op, __u64 now, __u64 pid_tgid,
+				      long ret)
 {
 	struct big_event *b;
 	__u64 buf, len = 0;
 	__u32 zero = 0, n;
 	__u16 flag;
 
-	if (st->op == IOT_CONNECT) {
+	if (op == IOT_CONNECT) {
 		buf = st->a[1];
 		len = st->a[2] > 28 ? 28 : st->a[2];   /* sizeof(struct sockaddr_in6) */
 		flag = IOT_EF_NET_ADDR;
 	} else {
 		if (ret <= 0)
 			return false;
-		buf = sock_call_buffer(st->op, st->a, &len);
+		buf = sock_call_buffer(op, st->a, &len);
 		if (len > (__u64)ret)
 			len = ret;
 		if (!http_buffer(buf, len))
@@ -838,7 +867,7 @@ static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_
 	b = bpf_map_lookup_elem(&scratch, &zero);
 	if (!b)
 		return false;
-	fill_common(&b->ev, st, now, pid_tgid, ret);
+	fill_common(&b->ev, st, op, now, pid_tgid, ret);
 	n = capture_bytes(b->s, buf, len);
 	if (!n)
 		return false;
@@ -847,7 +876,7 @@ static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_
 	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)),
 			       rb_flags())) {
 		count(IOT_CNT_DROPS);
-		drop_op(st->op);
+		drop_op(op);
 	}
 	return true;
 }
@@ -862,7 +891,8 @@ static __always_inline bool emit_inet(struct inflight *st, __u64 now, __u64 pid_
  * fields go in the record (IOT_EF_FUSE), so that a job's calls on a FUSE
  * mount can be tied to the daemon's work that served them.
  */
-static __always_inline void fuse_header(struct inflight *st, struct iot_event *e, long ret)
+static __always_inline void fuse_header(struct inflight *st, __u16 op, struct iot_event *e,
+					long ret)
 {
 	struct { __u32 len, opcode; __u64 unique, nodeid; __u32 uid, gid, pid; } in;
 	struct { __u32 len; __s32 error; __u64 unique; } out;
@@ -871,12 +901,12 @@ static __always_inline void fuse_header(struct inflight *st, struct iot_event *e
 
 	if (ret <= 0)
 		return;
-	if (st->op == IOT_READV || st->op == IOT_WRITEV) {
+	if (op == IOT_READV || op == IOT_WRITEV) {
 		if (bpf_probe_read_user(&iov, sizeof(iov), (void *)st->a[1]))
 			return;
 		buf = (__u64)iov.iov_base;
 	}
-	if (st->op == IOT_READ || st->op == IOT_READV) {
+	if (op == IOT_READ || op == IOT_READV) {
 		if (ret < (long)sizeof(in) || bpf_probe_read_user(&in, sizeof(in), (void *)buf))
 			return;
 		e->offset = in.unique;
@@ -892,16 +922,17 @@ static __always_inline void fuse_header(struct inflight *st, struct iot_event *e
 	e->eflags |= IOT_EF_FUSE;
 }
 
-static __always_inline int emit_fuse(struct inflight *st, __u64 now, __u64 pid_tgid, long ret)
+static __always_inline int emit_fuse(struct inflight *st, __u16 op, __u64 now, __u64 pid_tgid,
+				     long ret)
 {
 	struct iot_event *e = reserve_event();
 
 	if (!e) {
-		drop_op(st->op);
+		drop_op(op);
 		return 0;
 	}
-	fill_common(e, st, now, pid_tgid, ret);
-	fuse_header(st, e, ret);
+	fill_common(e, st, op, now, pid_tgid, ret);
+	fuse_header(st, op, e, ret);
 	bpf_ringbuf_submit(e, rb_flags());
 	return 0;
 }
@@ -918,24 +949,25 @@ static __always_inline bool is_open_op(__u16 op)
  * relative path or an fd means (chdir, fchdir, dup, fcntl's dup, rename).
  */
 static __always_inline void on_exit_profile(struct task_struct *task, struct inflight *st,
-					    __u64 now, __u64 pid_tgid, long ret, int p1, int p2)
+					    __u16 op, __u64 now, __u64 pid_tgid, long ret, int p1,
+					    int p2)
 {
 	struct iot_event e;
-	__u16 op = st->op;
 	__u64 bytes = 0;
 	bool name = false;
 
-	fill_common(&e, st, now, pid_tgid, ret);   /* req_bytes as a full trace has it */
+	fill_common(&e, st, op, now, pid_tgid, ret);   /* req_bytes as a full trace has it */
 	if (ret > 0 && (op <= IOT_PWRITEV2 || op == IOT_SENDFILE || op == IOT_COPY_FILE_RANGE))
 		bytes = ret;
 	if (is_open_op(op) && ret >= 0) {
-		struct inflight tmp = {};
-		fd_identity(task, ret, &tmp, false);
-		e.ino = tmp.ino;
-		e.dev = tmp.dev;
-		e.fs_magic = tmp.magic;
-		e.imode = tmp.imode;
-		name = prof_name_needed(tmp.ino, tmp.dev, tmp.imode);
+		struct inflight *t = new_fd_identity(task, ret);
+		if (t) {
+			e.ino = t->ino;
+			e.dev = t->dev;
+			e.fs_magic = t->magic;
+			e.imode = t->imode;
+			name = prof_name_needed(t->ino, t->dev, t->imode);
+		}
 	}
 	profile_add(pid_tgid >> 32, op, e.ino, e.dev, e.fs_magic, e.imode, e.req_bytes, ret,
 		    bytes, now - st->ts, st->cache_added, now);
@@ -948,9 +980,9 @@ static __always_inline void on_exit_profile(struct task_struct *task, struct inf
 	if (!name)
 		return;
 	if (p1 >= 0)
-		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
+		emit_with_paths(task, st, op, now, pid_tgid, ret, p1, p2);
 	else
-		emit_plain(st, now, pid_tgid, ret);
+		emit_plain(st, op, now, pid_tgid, ret);
 }
 
 static __always_inline int on_exit_op(__u16 op, long ret)
@@ -972,8 +1004,8 @@ static __always_inline int on_exit_op(__u16 op, long ret)
 
 	/* a file the job read or wrote: what kernel threads submit for it
 	 * (writeback, bios a throttle held back) is the job's */
-	if (st->op <= IOT_PWRITEV2 && ret > 0 && (st->imode & S_IFMT_) == S_IFREG_ && st->ino) {
-		__u64 v = (pid_tgid >> 32) | (st->op >= IOT_WRITE ? IOT_JOB_WROTE : IOT_JOB_READ);
+	if (op <= IOT_PWRITEV2 && ret > 0 && (st->imode & S_IFMT_) == S_IFREG_ && st->ino) {
+		__u64 v = (pid_tgid >> 32) | (op >= IOT_WRITE ? IOT_JOB_WROTE : IOT_JOB_READ);
 		__u32 bits = v >> 32;
 
 		/* the thread marked this file so already: no map lookup (the
@@ -991,22 +1023,22 @@ static __always_inline int on_exit_op(__u16 op, long ret)
 			st->jf_dev = st->dev;
 		}
 	}
-	p1 = path_args(st->op, &p2);
+	p1 = path_args(op, &p2);
 	if (profile_mode) {
-		on_exit_profile(task, st, now, pid_tgid, ret, p1, p2);
+		on_exit_profile(task, st, op, now, pid_tgid, ret, p1, p2);
 		st->op = 0;
 		return 0;
 	}
-	if (inet_capture_call(st) && emit_inet(st, now, pid_tgid, ret))
+	if (inet_capture_call(st, op) && emit_inet(st, op, now, pid_tgid, ret))
 		;
 	else if (st->xmode == FUSE_DEV_ && st->imode == S_IFCHR_ &&
-		 (st->op == IOT_READ || st->op == IOT_READV || st->op == IOT_WRITE ||
-		  st->op == IOT_WRITEV))
-		emit_fuse(st, now, pid_tgid, ret);
+		 (op == IOT_READ || op == IOT_READV || op == IOT_WRITE ||
+		  op == IOT_WRITEV))
+		emit_fuse(st, op, now, pid_tgid, ret);
 	else if (p1 >= 0)
-		emit_with_paths(task, st, now, pid_tgid, ret, p1, p2);
+		emit_with_paths(task, st, op, now, pid_tgid, ret, p1, p2);
 	else
-		emit_plain(st, now, pid_tgid, ret);
+		emit_plain(st, op, now, pid_tgid, ret);
 	st->op = 0;
 	return 0;
 }
