@@ -34,7 +34,8 @@ def calls_on(trace, prefix: str) -> dict:
 
 
 def test_default_hooks_are_named_with_the_reason(tmp_path):
-    proc, trace = trace_run(tmp_path / "t", "true")
+    env = {k: v for k, v in os.environ.items() if k != "IOTRACE_HOOKS"}   # auto
+    proc, trace = trace_run(tmp_path / "t", "true", env=env)
     assert proc.returncode == 0, proc.stderr
     probes = trace.meta["probes"]
     assert probes["syscall_hooks"] in ("fentry", "tracepoint")

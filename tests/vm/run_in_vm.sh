@@ -4,12 +4,10 @@
 #   nfs   an NFS server and client on loopback (v3 and v4.2 over TCP), NFS v3
 #         over RDMA on Soft-RoCE (rdma_rxe on a dummy interface), then the NFS,
 #         RDMA and verbs tests that need a device;
-#   core  the recorder's core tests (system calls through fentry/fexit, which
-#         6.1 allows), the page-cache, mmap, block, libaio, io_uring and
+#   core  the recorder's core tests, the page-cache, mmap, block, libaio, io_uring and
 #         readahead tests on an ext4 on a loop device, the connections and
-#         plain-HTTP requests of http.client against http.server, fentry
-#         against the tracepoints on the same calls, and a profile against a
-#         full trace.
+#         plain-HTTP requests of http.client against http.server, and fentry
+#         against the tracepoints on the same calls.
 # Usage: run_in_vm.sh REPO OUT PART
 set -u
 REPO=$1
@@ -84,10 +82,15 @@ else
         "tests/test_async_io.py::test_io_uring_fixed_files_and_sqpoll[sqpoll]" \
         tests/test_readahead.py::test_numpy_memmap_random_rows_waste_read_around \
         tests/test_object_storage.py::test_plain_http_requests_and_connections \
-        tests/test_hooks.py tests/test_profile.py::test_profile_equals_full_trace
+        tests/test_hooks.py
+    # Under emulation the 141 fentry programs take ~40 s more per traced
+    # command (attaching, and an RCU-tasks grace period per link when they
+    # go): the tests above run on the tracepoints; tests/test_hooks.py picks
+    # the hooks itself (auto, which is fentry here, and both side by side).
+    export IOTRACE_HOOKS=tracepoint
 fi
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
-IOTRACE_VM_NFS=$W timeout 720 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
+IOTRACE_VM_NFS=$W timeout 900 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
     -o addopts="" "$@" > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"

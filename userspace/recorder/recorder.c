@@ -947,8 +947,12 @@ open_core:
 		}
 	}
 
-	/* Detach first, then drain what is left, then close the last segment. */
-	hooks_detach();
+	/* Stop first, then drain what is left, then close the last segment.
+	 * The fentry hooks are detached only after the end status: each link
+	 * waits for an RCU-tasks grace period on the way out (a fraction of a
+	 * second each, over a hundred links); emptying the traced slots stops
+	 * their records now. */
+	memset(skel->bss->traced_slot, 0, sizeof(skel->bss->traced_slot));
 	detach_all_probes();
 	if (!sp.failed)
 		ring_buffer__consume(rb);
