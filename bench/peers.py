@@ -541,11 +541,12 @@ class Strace(Tool):
                     if old.isdigit() and int(old) in table:
                         table[ret] = table[int(old)]
                 elif call == "close":
-                    fd = args.split(")", 1)[0].strip()
-                    if fd.isdigit():
-                        table.pop(int(fd), None)
+                    fd = re.match(r"\s*(\d+)", args)   # "4) = 0" or "4 <unfinished ...>) = 0"
+                    if fd:
+                        table.pop(int(fd.group(1)), None)
                 elif call in ("clone", "clone3", "fork", "vfork") and ret > 0:
-                    fds[ret] = dict(table)           # a child (or thread) starts with ours
+                    # a thread (CLONE_FILES) shares the table, a child gets a copy
+                    fds[ret] = table if "CLONE_FILES" in args else dict(table)
         return captured, events
 
 
