@@ -42,7 +42,7 @@ def test_on_debian_6_1(part):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         with open(out / "console.log", "w") as console:
-            res = subprocess.run(["timeout", "1020", *cmd], env=env, stdout=console,
+            res = subprocess.run(["timeout", "1320", *cmd], env=env, stdout=console,
                                  stderr=subprocess.STDOUT)
         if (out / "rc").exists() or attempt == 2:
             break

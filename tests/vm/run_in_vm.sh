@@ -74,23 +74,23 @@ else
         mkdir -p $B && mount -o loop $W/disk.img $B 2>>"$OUT/setup.log" || log "loop ext4 failed"
     grep " $B " /proc/mounts >> "$OUT/setup.log"
     export IOTRACE_BLOCK_DIR=$B
-    set -- tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
+    set -- tests/test_hooks.py tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
         tests/test_storage.py::test_cold_read_comes_from_storage_warm_from_memory \
         tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
         tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact \
         "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
         "tests/test_async_io.py::test_io_uring_fixed_files_and_sqpoll[sqpoll]" \
         tests/test_readahead.py::test_numpy_memmap_random_rows_waste_read_around \
-        tests/test_object_storage.py::test_plain_http_requests_and_connections \
-        tests/test_hooks.py
+        tests/test_object_storage.py::test_plain_http_requests_and_connections
     # Under emulation the 141 fentry programs take ~40 s more per traced
     # command (attaching, and an RCU-tasks grace period per link when they
     # go): the tests above run on the tracepoints; tests/test_hooks.py picks
-    # the hooks itself (auto, which is fentry here, and both side by side).
+    # the hooks itself (auto, which is fentry here, and both side by side) and
+    # runs first.
     export IOTRACE_HOOKS=tracepoint
 fi
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
-IOTRACE_VM_NFS=$W timeout 900 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
+IOTRACE_VM_NFS=$W timeout 1200 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
     -o addopts="" "$@" > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"
