@@ -82,13 +82,13 @@ else
         "tests/test_async_io.py::test_io_uring_fixed_files_and_sqpoll[sqpoll]" \
         tests/test_readahead.py::test_numpy_memmap_random_rows_waste_read_around \
         tests/test_object_storage.py::test_plain_http_requests_and_connections
-    # Under emulation the 141 fentry programs take ~40 s more per traced
-    # command (attaching, and an RCU-tasks grace period per link when they
-    # go): the tests above run on the tracepoints; tests/test_hooks.py picks
-    # the hooks itself (auto, which is fentry here, and both side by side) and
-    # runs first.
-    export IOTRACE_HOOKS=tracepoint
 fi
+# Under emulation the 141 fentry programs make each traced command ~40 s
+# slower (loading and attaching them; an RCU-tasks grace period per link when
+# they go): the tests run on the tracepoints, except tests/test_hooks.py (core
+# part, run first), which picks the hooks itself: auto, which is fentry on
+# 6.1, and both side by side on the same calls.
+export IOTRACE_HOOKS=tracepoint
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
 IOTRACE_VM_NFS=$W timeout 1200 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
