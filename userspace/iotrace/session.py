@@ -33,7 +33,6 @@ from .profile import write_profile
 from .tracedir import TraceWriter
 
 TABLES_EVERY_S = 2.0
-RECORDER_DETACH_WAIT_S = 2.0
 
 
 def recorder_path() -> str:
@@ -265,13 +264,10 @@ class Session:
             if time.monotonic() - last_tables >= TABLES_EVERY_S:
                 self._snapshot()
                 last_tables = time.monotonic()
-        # After its end status the recorder only detaches: fentry links wait
-        # for the kernel (an RCU-tasks grace period each), tracing is already
-        # off. The trace is finished without waiting for that.
-        try:
-            self.proc.wait(timeout=RECORDER_DETACH_WAIT_S if self.end else None)
-        except subprocess.TimeoutExpired:
-            pass
+        # After its end status the recorder only detaches (fentry links wait
+        # for an RCU-tasks grace period each; tracing is already off). Waited
+        # for: when iotrace ends, nothing of it is left in the kernel.
+        self.proc.wait()
 
     def stop_error(self) -> Optional[str]:
         """Why tracing stopped early, in words, or None."""
