@@ -561,6 +561,23 @@ static void fill_syscall_table(struct iotrace_bpf *skel)
 			skel->rodata->sys_op[syscall_table[i].nr] = syscall_table[i].op;
 }
 
+/* The core object opened (not loaded): its syscall table and ring buffer
+ * size set, each probe's program found. NULL, said, when it cannot open. */
+static struct iotrace_bpf *open_core(struct probe *probes, int ncore)
+{
+	struct iotrace_bpf *skel = iotrace_bpf__open();
+
+	if (!skel) {
+		say("cannot open the BPF object: %s", strerror(errno));
+		return NULL;
+	}
+	fill_syscall_table(skel);
+	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
+	for (int i = 0; i < ncore; i++)
+		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
+	return skel;
+}
+
 /* The system calls' way in (hooks.h): with fentry, the two tracepoint
  * probes stand for the fentry and fexit programs (attached by hooks.c,
  * shown as attached through in_multi) and are not loaded. */
@@ -654,17 +671,12 @@ int main(int argc, char **argv)
 	if (!fentry)
 		snprintf(hooks_why, sizeof(hooks_why), "IOTRACE_HOOKS=tracepoint");
 open_core:
-	skel = iotrace_bpf__open();
+	for (int i = 0; i < ncore; i++)
+		probes[i].why[0] = 0;
+	skel = open_core(probes, ncore);
 	if (!skel) {
-		say("cannot open the BPF object: %s", strerror(errno));
 		btf__free(vmlinux);
 		goto out;
-	}
-	fill_syscall_table(skel);
-	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
-	for (int i = 0; i < ncore; i++) {
-		probes[i].why[0] = 0;
-		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
 	}
 	for (int i = 0; i < ncore; i++) {
 		if (!btf_has_tracepoint(vmlinux, probes[i].tp) && !(fentry && i < 2)) {
@@ -702,16 +714,11 @@ open_core:
 		snprintf(why, sizeof(why), "the kernel refused this probe's program (%s); %s",
 			 strerror(load_err), "`iotrace doctor` shows the verifier's log");
 		iotrace_bpf__destroy(skel);
-		skel = iotrace_bpf__open();
+		skel = open_core(probes, ncore);
 		if (!skel) {
-			say("cannot open the BPF object: %s", strerror(errno));
 			btf__free(vmlinux);
 			goto out;
 		}
-		fill_syscall_table(skel);
-		bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
-		for (int i = 0; i < ncore; i++)
-			probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
 		select_hooks(skel, probes, vmlinux, fentry);
 		prepare_profile(skel, probes, ncore);
 		for (int i = 0; i < ncore; i++) {
