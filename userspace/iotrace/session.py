@@ -88,6 +88,7 @@ class Session:
         self._last = (0.0, 0, 0, 0)
         self.convert_error: Optional[str] = None
         self.final_write_error: Optional[str] = None
+        self._profile_stamp: Optional[tuple] = None   # profile files last converted
 
     # ---- recorder process -------------------------------------------------
 
@@ -236,12 +237,22 @@ class Session:
         if self.convert_error:
             return
         try:
-            if self.profile:
+            if self.profile and self._profile_changed():
                 self.meta.update(write_profile(self.spool, self.out, self.model, self.owner))
             self.writer.write_tables(self.model)
             self.writer.write_meta(drops=self.progress.drops)
         except OSError as e:
             self._write_failed(e)
+
+    def _profile_changed(self) -> bool:
+        """Whether the recorder wrote to its profile files since the last look
+        (the whole-run table is snapshotted every 5 s, the tables every 2 s)."""
+        stamp = tuple((st.st_size, st.st_mtime_ns) for st in (
+            p.stat() for p in (self.spool / "profile-calls.bin",
+                               self.spool / "profile-rates.bin") if p.exists()))
+        changed = stamp != self._profile_stamp
+        self._profile_stamp = stamp
+        return changed
 
     def _write_failed(self, e: OSError) -> None:
         """The trace cannot be written (disk full...): stop tracing, the job runs on."""
