@@ -73,6 +73,15 @@ def kernel_dev_to_major_minor(dev: int) -> tuple[int, int]:
     return dev >> 20, dev & 0xFFFFF
 
 
+def path_text(raw) -> str:
+    """A path as text for the trace: each byte that is not UTF-8 becomes the
+    four characters \\xNN (byte 0xe9 -> "\\xe9"), as Parquet strings must be
+    UTF-8. Takes the kernel's bytes or a str from os (surrogate-escaped)."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def decode_cmdline(raw: bytes) -> str:
     args = raw.rstrip(b"\0").split(b"\0")
     return " ".join(a.decode("utf-8", "replace") for a in args)
@@ -170,8 +179,8 @@ class Model:
         ts = int(e["ts_ns"])
         ret = int(e["ret"])
         strings = payload.split(b"\0") if payload else []
-        s1 = strings[0].decode("utf-8", "surrogateescape") if strings else None
-        s2 = strings[1].decode("utf-8", "surrogateescape") if len(strings) > 1 else None
+        s1 = path_text(strings[0]) if strings else None
+        s2 = path_text(strings[1]) if len(strings) > 1 else None
 
         if op in NAMED_OPS:
             return s1, s2, -2    # names (RPC procedure, RDMA peer...), not paths

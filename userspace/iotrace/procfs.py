@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from .model import FdEntry, Model, Thread, decode_cmdline
+from .model import FdEntry, Model, Thread, decode_cmdline, path_text
 
 
 def _read(path: str) -> Optional[bytes]:
@@ -105,7 +105,7 @@ def snapshot_process(model: Model, pid: int, ts: int) -> None:
     p.seen_before_trace = True
     read_rank(p)
     try:
-        p.cwd = os.readlink(f"/proc/{pid}/cwd")
+        p.cwd = path_text(os.readlink(f"/proc/{pid}/cwd"))
     except OSError:
         pass
     try:
@@ -122,7 +122,7 @@ def snapshot_process(model: Model, pid: int, ts: int) -> None:
     for name in fds:
         fd = int(name)
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            target = path_text(os.readlink(f"/proc/{pid}/fd/{fd}"))
             st = os.stat(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
