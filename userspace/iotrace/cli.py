@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 import click
+import duckdb
+import pyarrow
 from rich.console import Console
 
 from . import __version__
@@ -27,7 +29,7 @@ from .privileges import can_trace, chown_tree, invoking_user, job_env
 from .session import Progress, Session
 from .summary import print_summary, summary_json
 from .engine import DUCKDB, ENGINES, Engine
-from .trace import is_profile, open_trace
+from .trace import is_profile, open_trace, unreadable
 
 def _console(stderr: bool) -> Console:
     # Not a terminal (a pipe, a CI log): don't wrap at 80 columns.
@@ -751,6 +753,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     except IotraceError as e:
         say(f"{e.message}")
         sys.exit(e.code)
+    except (duckdb.Error, pyarrow.ArrowException) as e:
+        # a damaged Parquet file of the trace, found when a reader's query
+        # reaches it (a view is only checked where it is created)
+        from .trace import OPENED
+        say(unreadable(e, OPENED[-1] if OPENED else None).message)
+        sys.exit(EXIT_TRACE)
     except BrokenPipeError:
         sys.exit(0)
     except SystemExit:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -88,8 +89,88 @@ def read_meta(root: Path) -> dict:
         raise IotraceError(f"{root} is not an iotrace trace (no meta.json){hint}", EXIT_TRACE)
     except ValueError as e:
         raise IotraceError(f"{meta_path} is corrupt ({e}): the trace cannot be read", EXIT_TRACE)
+    if not isinstance(meta, dict):
+        raise IotraceError(f"{meta_path} is corrupt (a JSON {type(meta).__name__}, not an "
+                           "object): the trace cannot be read", EXIT_TRACE)
     _check_version(meta, root)
+    _check_meta_types(meta, meta_path)
     return meta
+
+
+# Types of the meta.json keys the readers use (null is allowed: a trace cut
+# short lacks some of them).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    **{k: (dict,) for k in ("options", "probes", "counters", "block_devices", "clock",
+                            "exit_status", "drops_by_op")},
+    **{k: (int,) for k in ("events", "drops", "start_monotonic_ns", "start_realtime_ns",
+                           "end_monotonic_ns", "duration_ns", "root_pid", "event_parts",
+                           "events_parquet_bytes", "files", "processes", "threads")},
+    **{k: (str,) for k in ("state", "mode", "capture", "host", "arch", "kernel", "tool",
+                           "stop_reason", "error")},
+    "command": (list,),
+}
+
+
+def _check_meta_types(meta: dict, meta_path: Path) -> None:
+    """A key of the wrong type is a corrupt meta.json, said in one line (not
+    a reader's traceback later)."""
+    def bad(key: str, value, want: str) -> IotraceError:
+        return IotraceError(f"{meta_path} is corrupt (`{key}` is {json.dumps(value)[:40]}, "
+                            f"not {want}): the trace cannot be read", EXIT_TRACE)
+    for key, types in _META_TYPES.items():
+        v = meta.get(key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
+            raise bad(key, v, {dict: "an object", int: "an integer", str: "a string",
+                               list: "a list"}[types[0]])
+    for key, v in (meta.get("counters") or {}).items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise bad(f"counters.{key}", v, "an integer")
+
+
+# A Parquet file named in a DuckDB or Arrow error message
+_PARQUET_NAMED = re.compile(r"""["']([^"'\n]+?\.parquet)["']""")
+
+
+def unreadable(e: Exception, root: Optional[Path] = None,
+               path: Optional[Path] = None) -> IotraceError:
+    """One line, exit 4, for a Parquet file of a trace that DuckDB or Arrow
+    could not read (truncated, overwritten, not a file): which file (`path`
+    when the error does not name it), what, and what to do."""
+    text = str(e).strip()
+    first = text.splitlines()[0].strip() if text else type(e).__name__
+    m = _PARQUET_NAMED.search(text)
+    if not m and path is None and root is not None:
+        path = _first_damaged(sorted((root / "events").glob("part-*.parquet")) +
+                              [p for p in (root / f"{n}.parquet" for n in
+                                           ("files", "processes", "threads")) if p.exists()])
+    if not m and path is None:
+        where = f" {root}" if root else ""
+        return IotraceError(f"cannot read the trace{where} ({first[:300]})", EXIT_TRACE)
+    path = m.group(1) if m else str(path)
+    why = re.sub(r"""\s*["'][^"'\n]+?\.parquet["']""", "", first)
+    why = re.sub(r"^(Invalid Input|IO|Invalid) Error: ", "", why).strip()[:200]
+    name = Path(path).name
+    if Path(path).parent.name == "events":
+        what = (f"move it out of {Path(path).parent} to read the rest of the trace "
+                f"(its events are lost)")
+        return IotraceError(f"events part {path} is damaged ({why}): {what}", EXIT_TRACE)
+    if name in ("requests.parquet", "connections.parquet", "fuse_requests.parquet"):
+        what = "delete it: iotrace derives it from the events again"
+    else:
+        what = "the trace cannot be read without it (trace the job again)"
+    return IotraceError(f"{path} is damaged ({why}): {what}", EXIT_TRACE)
+
+
+def _first_damaged(parts: list[Path]) -> Optional[Path]:
+    """The first part whose Parquet footer does not read (the error about
+    several parts may not name it)."""
+    import pyarrow.parquet as pq
+    for p in parts:
+        try:
+            pq.read_metadata(p)
+        except Exception:     # any failure to read it is the damage to report
+            return p
+    return None
 
 
 def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
@@ -104,8 +185,11 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
             files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
             # not hive-partitioned: a set's SET/host=NAME/ would add a column
             src = f"read_parquet([{files}], hive_partitioning = false)"
-            con.execute(f"create or replace view {ev} as select * from {src}")
-            have = {r[0] for r in con.execute(f"describe {ev}").fetchall()}
+            try:
+                con.execute(f"create or replace view {ev} as select * from {src}")
+                have = {r[0] for r in con.execute(f"describe {ev}").fetchall()}
+            except duckdb.Error as e:
+                raise unreadable(e, root, _first_damaged(parts))
             missing = [f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES if n not in have]
             if missing:   # a trace of an older minor version: its new columns are null
                 con.execute(f"create or replace view {ev} as select *, {', '.join(missing)} "
@@ -120,7 +204,10 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
                                    EXIT_TRACE)
             q = str(p).replace("'", "''")
             src = f"read_parquet('{q}', hive_partitioning = false)"
-            con.execute(f"create or replace view {prefix}{name} as select * from {src}")
+            try:
+                con.execute(f"create or replace view {prefix}{name} as select * from {src}")
+            except duckdb.Error as e:
+                raise unreadable(e, root, p)
             if name == "processes" and "rank" not in {
                     r[0] for r in con.execute(f"describe {prefix}{name}").fetchall()}:
                 # before schema 1.4: no ranks
@@ -130,7 +217,7 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
             _request_views(con, root, prefix)
         _profile_views(con, root, prefix)
     except duckdb.Error as e:
-        raise IotraceError(f"{root}: cannot read the trace tables ({e})", EXIT_TRACE)
+        raise unreadable(e, root)
 
 
 def _profile_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
@@ -162,10 +249,16 @@ def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
         con.execute(f"create or replace view {prefix}{n} as select * from _{prefix}{n}_arrow")
 
 
+# Traces opened by this process: the command line names the one a reader's
+# failed query was about (unreadable()).
+OPENED: list[Path] = []
+
+
 def open_trace(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Trace:
     """Opens a trace directory; tables are views over its Parquet files."""
     root = Path(path)
     meta = read_meta(root)
+    OPENED.append(root)
     con = con or duckdb.connect()
     create_views(con, root)
     return Trace(root, meta, con)
