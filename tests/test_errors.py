@@ -48,12 +48,20 @@ def test_help_teaches():
     assert "sudo iotrace run" in res.stdout and "exit code" in res.stdout
 
 
+# Not root, and without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN. The unprivileged
+# user keeps CAP_DAC_READ_SEARCH (ambient) and nothing else: it reads the
+# checkout and the venv wherever they live (a 0700 home directory too), and
+# that capability is no way to trace.
+UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"]
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="needs root to drop to an unprivileged user")
 def test_not_root(tmp_path):
     os.chmod(tmp_path, 0o777)
-    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          *IOTRACE, "run", "-o", str(tmp_path / "t"), "--", "true"],
+    res = subprocess.run([*UNPRIVILEGED, *IOTRACE, "run", "-o", str(tmp_path / "t"), "--",
+                          "true"],
                          capture_output=True, text=True, cwd=tmp_path,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "userspace")))
     assert res.returncode == 3, res.stderr

@@ -312,11 +312,13 @@ def test_server_serves_file_with_cors(tmp_path):
     th = threading.Thread(target=lambda: done.setdefault(
         "fetched", srv.serve_until_fetched(grace_s=0.3, timeout_s=20)))
     th.start()
-    with urllib.request.urlopen(srv.url(), timeout=10) as resp:
+    ui = {"Origin": "https://ui.perfetto.dev"}     # only the UI's page gets it
+    with urllib.request.urlopen(urllib.request.Request(srv.url(), headers=ui),
+                                timeout=10) as resp:
         body = resp.read()
         assert resp.status == 200
         assert resp.headers["Content-Length"] == str(f.stat().st_size)
-        assert resp.headers["Access-Control-Allow-Origin"] in ("https://ui.perfetto.dev", "*")
+        assert resp.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
     assert body == f.read_bytes()
     req = urllib.request.Request(srv.url(), method="OPTIONS", headers={
         "Origin": "https://ui.perfetto.dev", "Access-Control-Request-Method": "GET",

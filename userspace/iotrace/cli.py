@@ -114,7 +114,7 @@ class StatusLine:
 
 
 def finish_session(session: Session, status: StatusLine, quiet: bool, user,
-                   node_report: bool = True) -> dict:
+                   node_report: bool = True, redact: tuple = ()) -> dict:
     session.loop()
     status.clear()
     meta = session.finish()
@@ -129,6 +129,12 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user,
         if err:
             say(f"no node summary in {session.out}/summary ({err}): `iotrace report` "
                 "reads the raw events instead")
+    if redact and (session.out / "meta.json").exists():
+        from .redact import redact_trace
+        r = redact_trace(session.out, session.out, redact)
+        meta = json.loads((session.out / "meta.json").read_text())
+        if not quiet:
+            say(f"redacted {r['names']:,} names ({r['cells']:,} values) in {session.out}")
     chown_tree(str(session.out), user)
     why = session.stop_error()
     if why:
@@ -372,6 +378,23 @@ def _power_of_two(ctx, param, value: int) -> int:
     return value
 
 
+def check_redact(patterns: tuple) -> tuple:
+    """The --redact patterns, checked before anything is made."""
+    from .redact import compile_patterns
+    try:
+        compile_patterns(patterns)
+    except ValueError as e:
+        fail(str(e), EXIT_USAGE)
+    return patterns
+
+
+redact_option = click.option(
+    "--redact", "redact", metavar="PATTERN", multiple=True,
+    help="Replace every path component and command-line word this regular expression "
+         "matches (searched within it) by <redacted:HASH>, in every table and meta.json, "
+         "for a trace that leaves the machine (repeatable; `iotrace redact` does it to an "
+         "existing trace; docs/privacy-and-privileges.md).")
+
 node_summary_option = click.option(
     "--no-node-summary", "no_node_summary", is_flag=True,
     help="Skip the node summary written into DIR/summary at the end (the node's report "
@@ -443,6 +466,7 @@ def tls_option(f):
                    "/dev/fuse open: s3fs, Mountpoint, gcsfuse...), so that the job's reads "
                    "on a FUSE mount are tied to the daemon's work and its HTTP requests.")
 @node_summary_option
+@redact_option
 @click.option("--report", "want_report", is_flag=True,
               help="Print the bottleneck report (iotrace report) at the end.")
 @click.option("--perfetto", "want_perfetto", is_flag=True,
@@ -450,8 +474,8 @@ def tls_option(f):
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
-        fuse_daemons, no_node_summary, want_report, want_perfetto, target_read, target_write,
-        gpus, per_gpu, config, command) -> None:
+        fuse_daemons, no_node_summary, redact, want_report, want_perfetto, target_read,
+        target_write, gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
 
     \b
@@ -474,6 +498,7 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
     if not command:
         fail("no command given: iotrace run [OPTIONS] -- COMMAND [ARGS...]")
     targets = targets_from(target_read, target_write, gpus, per_gpu)
+    check_redact(redact)
     check_can_trace()
     user = invoking_user()
     env = job_env(user)
@@ -507,6 +532,7 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
     meta["capture"] = "profile" if profile else "full"
     status = StatusLine(quiet)
     meta["options"]["also_pids"] = extra
+    meta["options"]["redact"] = len(redact)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
                       run_mode=True, attach_pids=extra, env=env,
                       owner=(user.uid, user.gid) if user else None, profile=profile)
@@ -526,7 +552,8 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigterm)
     start_or_clean_up(session)
-    finish_session(session, status, quiet, user, node_report=not no_node_summary)
+    finish_session(session, status, quiet, user, node_report=not no_node_summary,
+                   redact=redact)
     code = session.job_exit_code()
     if want_report:
         emit_report(outdir, targets, config, "text", None, None)
@@ -567,9 +594,10 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
 @verbs_lib_option
 @tls_option
 @node_summary_option
+@redact_option
 def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profile, verbs_lib,
            no_verbs,
-           tls_lib, no_tls, no_node_summary) -> None:
+           tls_lib, no_tls, no_node_summary, redact) -> None:
     """Trace a running process and its present and future descendants.
 
     \b
@@ -584,6 +612,7 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
       sudo iotrace attach --follow --cgroup system.slice/slurmstepd.scope/job_42 \\
           -o /shared/traces/42/host=%h     # from a Slurm prolog (docs/multinode.md)
     """
+    check_redact(redact)
     check_can_trace()
     if not pids and not cgroup:
         fail("nothing to attach to: give --pid PID or --cgroup PATH")
@@ -624,7 +653,7 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
     meta = base_meta(None, "attach", {"pid": pid, "pids": roots, "cgroup": cgroup,
                                       "follow": follow,
                                       "duration_s": duration, "ringbuf_mb": ringbuf_mb,
-                                      "profile": profile})
+                                      "profile": profile, "redact": len(redact)})
     meta["capture"] = "profile" if profile else "full"
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
@@ -637,7 +666,8 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGTERM, on_stop)
     start_or_clean_up(session)
-    meta = finish_session(session, status, quiet, user, node_report=not no_node_summary)
+    meta = finish_session(session, status, quiet, user, node_report=not no_node_summary,
+                          redact=redact)
     sys.exit(EXIT_TRACE if meta.get("state") != "complete" else 0)
 
 
@@ -718,6 +748,50 @@ def summary(trace, fmt) -> None:
         click.echo(json.dumps(summary_json(open_trace(trace)), indent=1))
     else:
         print_summary(open_trace(trace), out_console)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("trace", type=click.Path(file_okay=False))
+@click.option("-o", "--output", "out", metavar="DIR", required=True,
+              help="Where to write the redacted copy (a new directory).")
+@click.option("-p", "--pattern", "patterns", metavar="PATTERN", multiple=True, required=True,
+              help="Regular expression: every path component and command-line word it "
+                   "matches (searched within it) is replaced (repeatable).")
+@click.option("--force", is_flag=True, help="Replace DIR if it holds an earlier trace.")
+def redact(trace, out, patterns, force) -> None:
+    """Write a copy of a trace with names replaced, for a trace that leaves
+    the machine.
+
+    \b
+    Each path component and command-line word that a PATTERN matches becomes
+    <redacted:HASH> in every table and in meta.json (equal names get the same
+    HASH, so the report still groups them; IOTRACE_REDACT_KEY=KEY gives the
+    same HASH across traces). Works on a trace set too.
+
+    \b
+    Examples:
+      iotrace redact mytrace -o shared -p 'customer_[0-9]+' -p '^secret'
+      iotrace report shared
+    """
+    check_redact(patterns)
+    src = Path(trace)
+    if not src.is_dir():
+        fail(f"{trace}: no such trace directory", EXIT_TRACE)
+    if not (src / "meta.json").exists() and not any(src.glob("*/meta.json")):
+        fail(f"{trace}: not an iotrace trace (no meta.json)", EXIT_TRACE)
+    dst = Path(out)
+    if dst.exists() and dst.resolve() == src.resolve():
+        fail("-o must be a new directory, not TRACE itself", EXIT_USAGE)
+    dst = prepare_outdir(out, "redacted", force)
+    from .redact import redact_trace
+    try:
+        r = redact_trace(src, dst, patterns)
+    except (OSError, ValueError) as e:
+        shutil.rmtree(dst, ignore_errors=True)
+        fail(f"cannot redact {trace}: {e}", EXIT_TRACE)
+    dropped = f"; {r['dropped_files']} files of other kinds left out" \
+        if r["dropped_files"] else ""
+    say(f"wrote {dst}: {r['names']:,} names redacted ({r['cells']:,} values){dropped}")
 
 
 @cli.command(context_settings=CONTEXT)

@@ -7,12 +7,20 @@ calls `export_perfetto(trace_dir, out_path)`.
 file is served on 127.0.0.1 port 9001 (the only port the UI's Content Security
 Policy lets it fetch from), with `Access-Control-Allow-Origin:
 https://ui.perfetto.dev`, and the deep link
-https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/FILE opens it.
+https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/TOKEN/FILE opens it.
+
+Exposure: the socket is bound to 127.0.0.1 only; the one file is served at a
+path with a random token (other paths, directories and `..` get 404); a
+GET/HEAD must come from the UI (Origin: https://ui.perfetto.dev, and a Host
+of 127.0.0.1 or localhost: no DNS rebinding), else 403; the CORS headers
+name that origin only and are sent only to it; the server stops once the UI
+has fetched the file (plus a grace period), on --timeout, or on Ctrl-C.
 """
 from __future__ import annotations
 
 import http.server
 import os
+import secrets
 import shutil
 import socketserver
 import sys
@@ -114,11 +122,22 @@ def deep_link(port: int, fname: str) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "iotrace"
+    sys_version = ""
 
     def log_message(self, fmt, *args):          # quiet: the CLI says what matters
         pass
 
+    def _from_ui(self) -> bool:
+        """The request comes from the UI's page (its Origin) through loopback
+        (its Host: a rebound DNS name is refused)."""
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        return (self.headers.get("Origin") == self.server.allow_origin
+                and host in ("127.0.0.1", "localhost", "::1"))
+
     def _cors(self):
+        if not self._from_ui():
+            self.send_header("Cache-Control", "no-cache")
+            return
         self.send_header("Access-Control-Allow-Origin", self.server.allow_origin)
         self.send_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
         self.send_header("Access-Control-Allow-Headers", "*")
@@ -133,8 +152,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
     def _head(self) -> bool:
-        if urllib.parse.unquote(self.path.split("?")[0]) != "/" + self.server.fname:
+        if self.path.split("?")[0] != self.server.url_path:
             self.send_response(404)
+            self._cors()
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+        if not self._from_ui():
+            self.send_response(403)
             self._cors()
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -174,6 +199,9 @@ class TraceServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def __init__(self, path, port: int = DEFAULT_PORT, allow_origin: str = UI_ORIGIN):
         self.path = str(path)
         self.fname = os.path.basename(self.path)
+        # a random path: another local user cannot guess it
+        self.token = secrets.token_urlsafe(16)
+        self.url_path = f"/{self.token}/{urllib.parse.quote(self.fname)}"
         self.size = os.path.getsize(self.path)
         self.allow_origin = allow_origin
         self.fetched_at: Optional[float] = None
@@ -184,7 +212,10 @@ class TraceServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         return self.server_address[1]
 
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/{urllib.parse.quote(self.fname)}"
+        return f"http://127.0.0.1:{self.port}{self.url_path}"
+
+    def deep_link(self) -> str:
+        return deep_link(self.port, f"{self.token}/{self.fname}")
 
     def serve_until_fetched(self, grace_s: float = GRACE_S,
                             timeout_s: Optional[float] = None) -> bool:
@@ -327,7 +358,7 @@ def register(cli, say, fail) -> None:
             fail(f"cannot serve on 127.0.0.1:{port}: {e.strerror or e} "
                  f"(another `iotrace view` or trace_processor running? stop it, or use "
                  f"--port, though ui.perfetto.dev only fetches from port 9001)", EXIT_USAGE)
-        link = deep_link(server.port, server.fname)
+        link = server.deep_link()
         if server.port != DEFAULT_PORT:
             say(f"note: ui.perfetto.dev only fetches from port {DEFAULT_PORT}; with port "
                 f"{server.port}, open {UI_ORIGIN} and load {out} by hand if the link fails")

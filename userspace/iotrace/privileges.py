@@ -18,9 +18,10 @@ def effective_caps() -> int:
 
 
 def can_trace() -> bool:
-    """root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN)."""
-    if os.geteuid() == 0:
-        return True
+    """CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN, in the effective set: what
+    loading and attaching the probes needs. root has them (unless a container
+    took them away: then uid 0 is not enough); a non-root user granted them
+    (setpriv/capsh ambient capabilities, systemd AmbientCapabilities=) may trace."""
     caps = effective_caps()
     has = lambda c: bool(caps >> c & 1)  # noqa: E731
     return has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON))

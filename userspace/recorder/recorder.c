@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/capability.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
@@ -366,6 +367,8 @@ static pid_t spawn_job(int go[2], int err[2])
 	close(err[0]);
 	if (read(go[0], &c, 1) != 1)
 		_exit(126);  /* the recorder failed before starting the job */
+	/* capabilities granted to a non-root recorder (ambient) are not the job's */
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	if (opt.drop_privs) {
 		if (setgroups(opt.ngroups, opt.groups) || setgid(opt.gid) || setuid(opt.uid)) {
 			e = errno;
@@ -377,6 +380,47 @@ static pid_t spawn_job(int go[2], int err[2])
 	e = errno;
 	(void)!write(err[1], &e, sizeof(e));
 	_exit(e == ENOENT ? 127 : 126);
+}
+
+/* ---- least privilege ---------------------------------------------------- */
+
+#ifndef CAP_PERFMON
+#define CAP_PERFMON 38
+#endif
+#ifndef CAP_BPF
+#define CAP_BPF 39
+#endif
+
+/* Once the probes are loaded and attached and the job is started, the
+ * recorder keeps only what the rest of the run needs: CAP_BPF and
+ * CAP_PERFMON (TLS uprobes attached as processes map the libraries, map
+ * updates on kernels that check them), CAP_SYS_PTRACE and
+ * CAP_DAC_READ_SEARCH (another user's /proc/PID/maps and the libraries
+ * through /proc/PID/root), CAP_KILL (signals to a job that runs as the
+ * invoking user). Everything else (CAP_SYS_ADMIN, CAP_SETUID, CAP_DAC_OVERRIDE,
+ * ...) leaves the permitted set for good: the recorder never execs. Its spool
+ * directory is its own (made by iotrace as the same user). */
+static void drop_capabilities(void)
+{
+	static const int keep[] = { CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE,
+				    CAP_DAC_READ_SEARCH, CAP_KILL };
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	__u64 have, want = 0;
+
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &h, d))
+		return;
+	have = d[0].permitted | (__u64)d[1].permitted << 32;
+	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+		want |= 1ull << keep[i];
+	want &= have;
+	d[0].effective = d[0].permitted = (__u32)want;
+	d[1].effective = d[1].permitted = (__u32)(want >> 32);
+	d[0].inheritable = d[1].inheritable = 0;
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	if (syscall(SYS_capset, &h, d))
+		say("cannot drop capabilities: %s", strerror(errno));
 }
 
 /* ---- main loop ---------------------------------------------------------- */
@@ -848,6 +892,7 @@ open_core:
 		/* Tracing is on: let the job go, then learn whether exec worked. */
 		(void)!write(go[1], "g", 1);
 		close(go[1]);
+	drop_capabilities();	/* before the job runs: it never sees more */
 		if (read(errp[0], &exec_errno, sizeof(exec_errno)) != sizeof(exec_errno))
 			exec_errno = 0;
 		close(errp[0]);
