@@ -831,7 +831,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         # a damaged Parquet file of the trace, found when a reader's query
         # reaches it (a view is only checked where it is created)
         from .trace import OPENED
-        say(unreadable(e, OPENED[-1] if OPENED else None).message)
+        say(unreadable(e, roots=tuple(dict.fromkeys(reversed(OPENED)))).message)
         sys.exit(EXIT_TRACE)
     except BrokenPipeError:
         sys.exit(0)

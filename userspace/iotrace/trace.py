@@ -76,6 +76,11 @@ def _check_version(meta: dict, root: Path) -> None:
                            f"understands ({SCHEMA_VERSION}): upgrade iotrace", EXIT_TRACE)
 
 
+# Traces opened by this process: the command line names the one a reader's
+# failed query was about (unreadable()).
+OPENED: list[Path] = []
+
+
 def read_meta(root: Path) -> dict:
     meta_path = root / "meta.json"
     if not root.is_dir():
@@ -94,6 +99,7 @@ def read_meta(root: Path) -> dict:
                            "object): the trace cannot be read", EXIT_TRACE)
     _check_version(meta, root)
     _check_meta_types(meta, meta_path)
+    OPENED.append(root)
     return meta
 
 
@@ -111,6 +117,9 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _check_meta_types(meta: dict, meta_path: Path) -> None:
     """A key of the wrong type is a corrupt meta.json, said in one line (not
     a reader's traceback later)."""
@@ -119,12 +128,13 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
                             f"not {want}): the trace cannot be read", EXIT_TRACE)
     for key, types in _META_TYPES.items():
         v = meta.get(key)
-        if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
-            raise bad(key, v, {dict: "an object", int: "an integer", str: "a string",
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool) or
+                              isinstance(v, int) and not _INT64[0] <= v <= _INT64[1]):
+            raise bad(key, v, {dict: "an object", int: "a 64-bit integer", str: "a string",
                                list: "a list"}[types[0]])
     for key, v in (meta.get("counters") or {}).items():
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise bad(f"counters.{key}", v, "an integer")
+        if not isinstance(v, int) or isinstance(v, bool) or not _INT64[0] <= v <= _INT64[1]:
+            raise bad(f"counters.{key}", v, "a 64-bit integer")
 
 
 # A Parquet file named in a DuckDB or Arrow error message
@@ -132,17 +142,20 @@ _PARQUET_NAMED = re.compile(r"""["']([^"'\n]+?\.parquet)["']""")
 
 
 def unreadable(e: Exception, root: Optional[Path] = None,
-               path: Optional[Path] = None) -> IotraceError:
+               path: Optional[Path] = None, roots: tuple = ()) -> IotraceError:
     """One line, exit 4, for a Parquet file of a trace that DuckDB or Arrow
-    could not read (truncated, overwritten, not a file): which file (`path`
-    when the error does not name it), what, and what to do."""
+    could not read (truncated, overwritten, not a file): which file (`path`,
+    or found in `root` or `roots` when the error does not name it), what,
+    and what to do."""
     text = str(e).strip()
     first = text.splitlines()[0].strip() if text else type(e).__name__
     m = _PARQUET_NAMED.search(text)
-    if not m and path is None and root is not None:
-        path = _first_damaged(sorted((root / "events").glob("part-*.parquet")) +
-                              [p for p in (root / f"{n}.parquet" for n in
-                                           ("files", "processes", "threads")) if p.exists()])
+    for r in ([root] if root and not m and path is None else []) + \
+            ([] if m or path is not None else list(roots)):
+        path = _first_damaged(_parquet_files(r))
+        if path is not None:
+            break
+        root = r
     if not m and path is None:
         where = f" {root}" if root else ""
         return IotraceError(f"cannot read the trace{where} ({first[:300]})", EXIT_TRACE)
@@ -161,14 +174,29 @@ def unreadable(e: Exception, root: Optional[Path] = None,
     return IotraceError(f"{path} is damaged ({why}): {what}", EXIT_TRACE)
 
 
-def _first_damaged(parts: list[Path]) -> Optional[Path]:
-    """The first part whose Parquet footer does not read (the error about
-    several parts may not name it)."""
+def _parquet_files(root: Path) -> list[Path]:
+    return sorted((root / "events").glob("part-*.parquet")) + [
+        p for p in (root / f"{n}.parquet" for n in ("files", "processes", "threads"))
+        if p.exists()]
+
+
+def _first_damaged(parts: list[Path], read_limit: int = 1 << 30) -> Optional[Path]:
+    """The first file whose Parquet footer does not read, else whose pages
+    do not (the first read_limit bytes of files): a DuckDB error about
+    several parts, or about a page, may not name the file."""
     import pyarrow.parquet as pq
     for p in parts:
         try:
             pq.read_metadata(p)
         except Exception:     # any failure to read it is the damage to report
+            return p
+    for p in parts:
+        try:
+            read_limit -= p.stat().st_size
+            if read_limit < 0:
+                break
+            pq.read_table(p)
+        except Exception:
             return p
     return None
 
@@ -249,16 +277,10 @@ def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
         con.execute(f"create or replace view {prefix}{n} as select * from _{prefix}{n}_arrow")
 
 
-# Traces opened by this process: the command line names the one a reader's
-# failed query was about (unreadable()).
-OPENED: list[Path] = []
-
-
 def open_trace(path, con: Optional[duckdb.DuckDBPyConnection] = None) -> Trace:
     """Opens a trace directory; tables are views over its Parquet files."""
     root = Path(path)
     meta = read_meta(root)
-    OPENED.append(root)
     con = con or duckdb.connect()
     create_views(con, root)
     return Trace(root, meta, con)
