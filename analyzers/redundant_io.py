@@ -10,12 +10,14 @@ offset + bytes) ranges of its reads; reread_factor = bytes read / distinct
 bytes (a 1 MiB file read whole 20 times: 20.0). A file fires when
   reread_factor  >= min_reread_factor           (4)
   bytes read - distinct bytes >= min_redundant_read_bytes (16 MiB).
-For speed, files are first screened with an upper bound of the distinct bytes
-(the smaller of the file's extent and the sum, over distinct start offsets, of
-the longest read from each), and the exact union is sorted out only for those
-that pass. The bound is exact when re-reads repeat the same requests or cover
-the extent; a file re-read only in partly overlapping requests, scattered over
-a sparse extent, can be missed (never reported wrongly).
+For speed, files that could not fire even if their distinct bytes were only
+their longest read are left out first. The others are screened with an upper
+bound of the distinct bytes (the smaller of the file's extent and the sum, over
+distinct start offsets, of the longest read from each), and the exact union is
+sorted out only for those that pass. The bound is exact when re-reads repeat
+the same requests or cover the extent; a file re-read only in partly
+overlapping requests, scattered over a sparse extent, can be missed (never
+reported wrongly).
 Severity: warn when the redundant bytes of those files are at least
 warn_redundant_share (50%) of all bytes read from files, else info. Never high:
 reading a dataset once per epoch is often by design; the finding says what
@@ -79,10 +81,15 @@ def rereads(ctx: Context, th: dict, total_read: int) -> list[Finding]:
         with tot as (select file_id, count(*) as reads, sum(nbytes) as bytes,
                             sum(dur_ns) as dur_ns,
                             max(off + nbytes) filter (where nbytes > 0 and off >= 0)
-                            - min(off) filter (where nbytes > 0 and off >= 0) as extent
+                            - min(off) filter (where nbytes > 0 and off >= 0) as extent,
+                            max(nbytes) as longest
                      from io where dir = 'read' and ret >= 0 group by file_id),
+        -- distinct bytes >= the longest read: files that cannot fire even then
+        -- are left out before the per-offset grouping (most files, and most of the cost)
+        maybe as (select file_id from tot where bytes >= ? * longest and bytes - longest >= ?),
         starts as (select file_id, off as s, max(off + nbytes) as e from io
-                   where dir = 'read' and nbytes > 0 and off >= 0 group by file_id, off),
+                   where dir = 'read' and nbytes > 0 and off >= 0
+                         and file_id in (select file_id from maybe) group by file_id, off),
         bound as (select file_id, least(any_value(t.extent), sum(e - s)) as upper
                   from starts join tot t using (file_id) group by file_id),
         cand as (select t.* from tot t join bound b using (file_id)
@@ -101,7 +108,7 @@ def rereads(ctx: Context, th: dict, total_read: int) -> list[Finding]:
         from cand t join uniq u using (file_id) join files f using (file_id)
              left join op o using (file_id)
         order by t.bytes - u.distinct_bytes desc, t.file_id""",
-                     th["min_reread_factor"], int(th["min_redundant_read_bytes"]))
+                     *(th["min_reread_factor"], int(th["min_redundant_read_bytes"])) * 2)
     if not files:
         return []
     reads = sum(f[2] for f in files)
