@@ -92,7 +92,7 @@ $(PKG_BIN): $(RECORDER)
 
 test: all test-deps $(VENV)/.workloads $(VENV)/.dlio
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
-	$(PY) -m pytest -ra $(PYTEST_ARGS) tests
+	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS) tests
 
 # Only the second-kernel tests: Debian's 6.1 kernel under QEMU with an NFS server
 # on loopback (about 3 minutes under software emulation; also part of `make test`).
