@@ -62,14 +62,15 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     }
     rates = window_rates(ctx, lo, hi)
     v.update(rates)
+    drops_note = window_drops(ctx, v, lo, hi)
     any_io = ctx.one("select count(*) from all_io")[0]
     if not any_io:
         v.update(status="no-io", summary=f"No file reads or writes in {ctx.duration_s:.1f} s: "
-                                         "nothing to judge.")
+                                         "nothing to judge." + drops_note)
         return v
     if not w.loops:
         v.update(status="unknown", reason=w.reason,
-                 summary=f"Cannot tell whether a training loop waits: {w.reason}.")
+                 summary=f"Cannot tell whether a training loop waits: {w.reason}." + drops_note)
         return v
     win = w.budget.get("window", 0.0)
     share = w.budget["data_wait"] / win if win > 0 else 0.0
@@ -117,9 +118,31 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
         if len(shares) > 6:
             shares = shares[:3] + ["..."] + shares[-2:]
         text += f" Data wait by epoch ({len(v['epochs'])} seen): {', '.join(shares)}."
-    v["summary"] = text
+    v["summary"] = text + drops_note
     v["budget_line"] = budget_line(w)
     return v
+
+
+def window_drops(ctx: Context, v: dict, lo: int, hi: int) -> str:
+    """Records the full ring buffer lost in the window: how many, and what
+    share of the window they fall in (meta.json drop_intervals); a sentence
+    for the verdict, empty when none."""
+    from iotrace.trace import drop_time
+    total = int(ctx.meta.get("drops") or 0)
+    if not total:
+        return ""
+    secs, n = drop_time(ctx.meta, lo, hi)
+    win = max((hi - lo) / 1e9, 1e-9)
+    known = bool(ctx.meta.get("drop_intervals"))
+    v["drops"] = {"records": total, "in_window": n if known else None,
+                  "window_s_affected": round(secs, 3) if known else None,
+                  "window_share_affected": round(min(secs / win, 1.0), 4) if known else None}
+    if not known:
+        return (f" {total:,} records were dropped (ring buffer full), when is not known: "
+                "counts and waits are lower bounds.")
+    return (f" {total:,} records were dropped (ring buffer full), {n:,} of them in "
+            f"{secs:.1f} s of the {win:.1f} s window ({min(secs / win, 1.0):.0%}): counts and "
+            "waits there are lower bounds; raise --ringbuf-mb.")
 
 
 def epochs(ctx: Context, w: Waits) -> list[dict]:

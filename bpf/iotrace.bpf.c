@@ -1259,8 +1259,10 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 	life_emit(b, 0);
 	if (group_dead) {
 		slot_remove(tgid);
-		bpf_map_delete_elem(&traced, &tgid);
-		__sync_fetch_and_add(&live_procs, -1);
+		/* the recorder may have removed it first (a process that was
+		 * already gone when it was added): counted once */
+		if (!bpf_map_delete_elem(&traced, &tgid))
+			__sync_fetch_and_add(&live_procs, -1);
 	}
 	return 0;
 }

@@ -153,13 +153,36 @@ def test_profile_table_full_keeps_totals(tmp_path):
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 def test_ring_overflow_counted_exactly(tmp_path, datafile):
-    """A 1 MiB ring buffer under fio's 4 KiB page-cache reads overflows: every
-    pread64 fio made is either in the trace or counted as dropped."""
+    """A 1 MiB ring buffer under fio's 4 KiB page-cache reads, its reader
+    stopped (SIGSTOP) for a second so that it overflows for certain: every
+    pread64 fio made is either in the trace or counted as dropped (when the
+    drops happened: tests/test_faults.py)."""
+    import signal
+    import subprocess
+    import time
+    from conftest import IOTRACE
     report = tmp_path / "fio.json"
-    proc, trace = trace_run(tmp_path / "t", *fio_args(datafile, report, "--rw=randread",
-                                                      "--bs=4k", "--io_size=512M"),
-                            extra=("--ringbuf-mb", "1"))
-    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "t"
+    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "--no-node-summary", "--ringbuf-mb", "1",
+                               "-o", str(out), "--",
+                               *fio_args(datafile, report, "--rw=randread", "--bs=4k",
+                                         "--io_size=512M")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (out / "meta.json").exists():
+                break
+            time.sleep(0.05)
+        recorder = int(open(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read().split()[0])
+        os.kill(recorder, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.kill(recorder, signal.SIGCONT)
+        _, stderr = tracer.communicate(timeout=120)
+    finally:
+        tracer.kill()
+    assert tracer.returncode == 0, stderr
+    import iotrace
+    trace = iotrace.open_trace(out)
     job = json.loads(report.read_text())["jobs"][0]
     captured = scalar(trace, """select count(*) from events e join files f using (file_id)
                                 where f.path = ? and op = 'pread64'""", str(datafile))

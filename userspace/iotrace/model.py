@@ -91,6 +91,10 @@ class Model:
     def __init__(self) -> None:
         self.procs: dict[int, Process] = {}
         self.threads: dict[int, Thread] = {}
+        # earlier lifetimes of a pid (tid) the kernel gave out again during
+        # the trace: each stays its own row of the processes (threads) table
+        self.past_procs: list[Process] = []
+        self.past_threads: list[Thread] = []
         self.files: dict[tuple[int, int], FileInfo] = {}
         self.counters = {
             "unresolved_paths": 0,     # relative path with unknown cwd/dirfd
@@ -108,10 +112,30 @@ class Model:
     # ---- processes --------------------------------------------------------
 
     def add_process(self, pid: int, ppid: int, start_ns: int, **kw) -> Process:
+        old = self.procs.get(pid)
+        if old is not None and old.exit_ns is not None:   # the pid was reused
+            self.past_procs.append(old)
         p = Process(pid=pid, ppid=ppid, start_ns=start_ns, **kw)
         self.procs[pid] = p
-        self.threads.setdefault(pid, Thread(tid=pid, pid=pid, name=p.comm, start_ns=start_ns))
+        t = self.threads.get(pid)
+        if t is None or t.exit_ns is not None:
+            self.new_thread(Thread(tid=pid, pid=pid, name=p.comm, start_ns=start_ns))
         return p
+
+    def new_thread(self, t: Thread) -> Thread:
+        """Registers a thread; an ended one with the same tid is kept as a
+        past lifetime (the tid was reused), not overwritten."""
+        old = self.threads.get(t.tid)
+        if old is not None and old.exit_ns is not None:
+            self.past_threads.append(old)
+        self.threads[t.tid] = t
+        return t
+
+    def all_procs(self) -> list[Process]:
+        return self.past_procs + list(self.procs.values())
+
+    def all_threads(self) -> list[Thread]:
+        return self.past_threads + list(self.threads.values())
 
     def proc(self, pid: int, ts: int) -> Process:
         p = self.procs.get(pid)
@@ -123,8 +147,7 @@ class Model:
     def thread(self, tid: int, pid: int, ts: int) -> Thread:
         t = self.threads.get(tid)
         if t is None or t.pid != pid:
-            t = Thread(tid=tid, pid=pid, start_ns=ts)
-            self.threads[tid] = t
+            t = self.new_thread(Thread(tid=tid, pid=pid, start_ns=ts))
         return t
 
     # ---- files ------------------------------------------------------------
@@ -192,11 +215,11 @@ class Model:
                                  rank=parent.rank, local_rank=parent.local_rank)
             c.fds = {fd: FdEntry(x.path, x.cloexec) for fd, x in parent.fds.items()}
             c.maps = dict(parent.maps)
-            self.threads[child] = Thread(tid=child, pid=child, name=c.comm, start_ns=ts)
+            self.threads[child].name = c.comm
             return None, None, -2
         if op == OP["thread_new"]:
             self.proc(pid, ts)
-            self.threads[ret] = Thread(tid=ret, pid=pid, name=s1 or "", start_ns=ts)
+            self.new_thread(Thread(tid=ret, pid=pid, name=s1 or "", start_ns=ts))
             return None, None, -2
         if op == OP["proc_exec"]:
             p = self.proc(pid, ts)

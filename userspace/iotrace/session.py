@@ -86,6 +86,10 @@ class Session:
         self.clock = ClockLog()
         self.model.exec_hook = procfs.read_rank
         self._last = (0.0, 0, 0, 0)
+        # when records were dropped: [start_ns, end_ns, drops] (CLOCK_MONOTONIC),
+        # from the recorder's drop count in each status line (every 0.5 s)
+        self.drop_intervals: list[list[int]] = []
+        self._drops_seen = (0, 0)      # (elapsed_ns, drops) of the last status line
         self.convert_error: Optional[str] = None
         self.final_write_error: Optional[str] = None
         self._profile_stamp: Optional[tuple] = None   # profile files last converted
@@ -94,17 +98,25 @@ class Session:
 
     def start(self) -> None:
         rfd, wfd = os.pipe()
+        # run: the recorder starts the job once iotrace has written the trace's
+        # first meta.json (a byte on go), so that an iotrace killed at any
+        # moment of the job leaves a trace; if iotrace dies first, the job
+        # starts all the same, untraced
+        go_r, self._go_w = os.pipe() if self.run_mode else (-1, -1)
         cmd = [recorder_path(), "--spool", str(self.spool), "--status-fd", str(wfd),
+               *(["--go-fd", str(go_r)] if self.run_mode else []),
                *(["--profile"] if self.profile else []), *self.recorder_args]
         if self.profile and os.environ.get("IOTRACE_PROFILE_MAX_KEYS"):
             # a smaller sum table (the tests fill it to check that no call is lost)
             cmd[1:1] = ["--profile-max-keys", os.environ["IOTRACE_PROFILE_MAX_KEYS"]]
         try:
-            self.proc = subprocess.Popen(cmd, pass_fds=(wfd,), env=self.env,
-                                         stdin=None, start_new_session=False)
+            self.proc = subprocess.Popen(cmd, pass_fds=(wfd,) + ((go_r,) if go_r >= 0 else ()),
+                                         env=self.env, stdin=None, start_new_session=False)
         except OSError as e:
             raise IotraceError(f"cannot start the recorder {cmd[0]}: {e.strerror}", EXIT_ENV)
         os.close(wfd)
+        if go_r >= 0:
+            os.close(go_r)
         # The recorder must drain the ring buffer promptly; converting to
         # Parquet may lag behind (the spool absorbs it), so it yields the CPU
         # to the traced job and the recorder.
@@ -141,12 +153,21 @@ class Session:
                 if pid not in self.model.procs:
                     procfs.snapshot_process(self.model, pid, ts)
         self._snapshot()                      # readable from the start
+        if self._go_w >= 0:                   # the job may start now
+            try:
+                os.write(self._go_w, b"g")
+            except OSError:
+                pass
+            os.close(self._go_w)
+            self._go_w = -1
 
     def _raise_start_error(self) -> None:
         for err in self.errors:
-            if err.get("error") == "no-such-pid":
-                raise IotraceError(f"no process with pid {err['pid']}: check the pid "
-                                   "(`ps -e`) and try again", EXIT_ENV)
+            # iotrace checked the pids first: this one was there, and exited
+            # while the probes were being loaded
+            if err.get("error") in ("no-such-pid", "exited"):
+                raise IotraceError(f"process {err['pid']} exited while tracing was starting: "
+                                   "nothing to trace; attach to a process that runs", EXIT_ENV)
             if err.get("error") == "no-btf":
                 raise IotraceError("this kernel has no BTF (/sys/kernel/btf/vmlinux); "
                                    "iotrace needs CONFIG_DEBUG_INFO_BTF=y", EXIT_ENV)
@@ -206,11 +227,25 @@ class Session:
             p.rate_read = (msg["bytes_read"] - r0) / dt
             p.rate_write = (msg["bytes_written"] - w0) / dt
         self._last = (el, msg["events"], msg["bytes_read"], msg["bytes_written"])
+        self._note_drops(msg["elapsed_ns"], msg["drops"])
         p.elapsed_s, p.events, p.drops = el, msg["events"], msg["drops"]
         p.bytes_read, p.bytes_written = msg["bytes_read"], msg["bytes_written"]
         p.calls = msg.get("profile_calls", 0)
         if self.on_progress:
             self.on_progress(p)
+
+    def _note_drops(self, elapsed_ns: int, drops: int) -> None:
+        """Records in which status interval drops happened (merging runs)."""
+        el0, d0 = self._drops_seen
+        self._drops_seen = (elapsed_ns, max(drops, d0))
+        if drops <= d0 or self.ready is None:
+            return
+        t0 = self.ready["monotonic_ns"]
+        last = self.drop_intervals[-1] if self.drop_intervals else None
+        if last and last[1] == t0 + el0:
+            last[1], last[2] = t0 + elapsed_ns, last[2] + drops - d0
+        else:
+            self.drop_intervals.append([t0 + el0, t0 + elapsed_ns, drops - d0])
 
     def signal_recorder(self, sig: int) -> None:
         if self.proc.poll() is None:
@@ -240,7 +275,8 @@ class Session:
             if self.profile and self._profile_changed():
                 self.meta.update(write_profile(self.spool, self.out, self.model, self.owner))
             self.writer.write_tables(self.model)
-            self.writer.write_meta(drops=self.progress.drops)
+            self.writer.write_meta(drops=self.progress.drops,
+                                   drop_intervals=self.drop_intervals)
         except OSError as e:
             self._write_failed(e)
 
@@ -337,6 +373,7 @@ class Session:
             stop_reason=end.get("reason", "recorder-died"),
             drops=end.get("drops", self.progress.drops),
             drops_by_op=drops_by_op,
+            drop_intervals=self.drop_intervals,
             recorder_events=end.get("events"),
             recorder_cpu_s=end.get("cpu_s"),
             bytes_read=end.get("bytes_read"),
@@ -346,8 +383,8 @@ class Session:
             counters=counters,
             clock=self._end_clock(),
             files=len(self.model.files),
-            processes=len(self.model.procs),
-            threads=len(self.model.threads),
+            processes=len(self.model.all_procs()),
+            threads=len(self.model.all_threads()),
         )
         if self.stop_error():
             meta_updates["error"] = f"stopped tracing early: {self.stop_error()}"

@@ -12,7 +12,7 @@ from .abi import FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .endpoints import endpoints
 from .storage_io import files_and_devices
-from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace, is_profile
+from .trace import READ_OPS_SQL, WRITE_OPS_SQL, Trace, drop_time, is_profile
 
 # Per file, copies count as reads of their input file (file_id is the input).
 FILE_WRITE_OPS_SQL = sql_list(WRITE_OPS)
@@ -109,6 +109,12 @@ def print_summary(t: Trace, console: Console) -> None:
         console.print(f"  {s.events:,} events ({drops}), read {human_bytes(s.bytes_read)}, "
                       f"wrote {human_bytes(s.bytes_written)}, {s.files:,} files, "
                       f"{s.processes} processes, {s.threads} threads")
+    if s.drops and meta.get("drop_intervals"):
+        secs, _ = drop_time(meta, 0, 1 << 62)
+        span = s.duration_s or 1e-9
+        console.print(f"  [red]records dropped[/red] (ring buffer full) in {secs:.1f} s of the "
+                      f"{s.duration_s:.1f} s traced ({secs / span:.0%}): counts there are lower "
+                      "bounds; raise --ringbuf-mb")
     # page-cache bytes added outside reads and faults are not a loss: shown below
     lost = {k: v for k, v in s.counters.items() if v and k != "cache_other_bytes"}
     if lost:
@@ -209,7 +215,9 @@ def summary_json(t: Trace) -> dict:
     return {
         "trace": str(t.root), "state": t.meta.get("state"), "duration_s": s.duration_s,
         "capture": t.meta.get("capture", "full"), "profile_calls": s.calls,
-        "events": s.events, "dropped": s.drops, "bytes_read": s.bytes_read,
+        "events": s.events, "dropped": s.drops,
+        "dropped_in_s": round(drop_time(t.meta, 0, 1 << 62)[0], 3),
+        "bytes_read": s.bytes_read,
         "bytes_written": s.bytes_written, "processes": s.processes, "threads": s.threads,
         "counters": s.counters,
         "ops": [{"op": op, "calls": calls, "bytes": nbytes, "time_s": time_s,

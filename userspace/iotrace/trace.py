@@ -103,8 +103,9 @@ def read_meta(root: Path) -> dict:
     return meta
 
 
-# Types of the meta.json keys the readers use (null is allowed: a trace cut
-# short lacks some of them).
+# Types of the meta.json keys the readers use (null is allowed for numbers
+# and strings: a trace cut short lacks some of them; objects and lists are
+# read as such when present).
 _META_TYPES: dict[str, tuple[type, ...]] = {
     **{k: (dict,) for k in ("options", "probes", "counters", "block_devices", "clock",
                             "exit_status", "drops_by_op")},
@@ -114,7 +115,9 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
     **{k: (str,) for k in ("state", "mode", "capture", "host", "arch", "kernel", "tool",
                            "stop_reason", "error")},
     "command": (list,),
+    "drop_intervals": (list,),
 }
+_NOT_NULL = (dict, list)
 
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -128,6 +131,8 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
                             f"not {want}): the trace cannot be read", EXIT_TRACE)
     for key, types in _META_TYPES.items():
         v = meta.get(key)
+        if v is None and key in meta and types[0] in _NOT_NULL and key != "command":
+            raise bad(key, v, "an object" if types[0] is dict else "a list")
         if v is not None and (not isinstance(v, types) or isinstance(v, bool) or
                               isinstance(v, int) and not _INT64[0] <= v <= _INT64[1]):
             raise bad(key, v, {dict: "an object", int: "a 64-bit integer", str: "a string",
@@ -135,6 +140,10 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
     for key, v in (meta.get("counters") or {}).items():
         if not isinstance(v, int) or isinstance(v, bool) or not _INT64[0] <= v <= _INT64[1]:
             raise bad(f"counters.{key}", v, "a 64-bit integer")
+    for v in meta.get("drop_intervals") or ():
+        if not (isinstance(v, list) and len(v) == 3 and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in v)):
+            raise bad("drop_intervals", v, "a list of [start, end, drops]")
 
 
 # A Parquet file named in a DuckDB or Arrow error message
@@ -149,6 +158,8 @@ def unreadable(e: Exception, root: Optional[Path] = None,
     and what to do."""
     text = str(e).strip()
     first = text.splitlines()[0].strip() if text else type(e).__name__
+    if isinstance(e, UnicodeDecodeError):
+        first = f"a text column holds bytes that are not UTF-8 ({e.reason}): damaged"
     m = _PARQUET_NAMED.search(text)
     for r in ([root] if root and not m and path is None else []) + \
             ([] if m or path is not None else list(roots)):
@@ -256,6 +267,19 @@ def _profile_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
             q = str(p).replace("'", "''")
             con.execute(f"create or replace view {prefix}profile_{name} as select * from "
                         f"read_parquet('{q}', hive_partitioning = false)")
+
+
+def drop_time(meta: dict, lo_ns: int, hi_ns: int) -> tuple[float, int]:
+    """(seconds of [lo_ns, hi_ns) in which records were dropped, drops
+    there), from meta.json's drop_intervals (to 0.5 s; traces made before
+    they were recorded: (0.0, 0))."""
+    secs, n = 0.0, 0
+    for a, b, k in meta.get("drop_intervals") or ():
+        over = min(b, hi_ns) - max(a, lo_ns)
+        if over > 0 or (a >= lo_ns and b <= hi_ns):
+            secs += max(over, 0) / 1e9
+            n += k
+    return secs, n
 
 
 def is_profile(meta: dict) -> bool:

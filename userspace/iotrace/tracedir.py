@@ -112,11 +112,17 @@ def files_table(model: Model, mounts: dict) -> pa.Table:
 
 
 def processes_table(model: Model) -> pa.Table:
-    nthreads: dict[int, int] = {}
-    for t in model.threads.values():
-        nthreads[t.pid] = nthreads.get(t.pid, 0) + 1
+    starts: dict[int, list[int]] = {}     # pid -> its threads' start times
+    for t in model.all_threads():
+        starts.setdefault(t.pid, []).append(t.start_ns)
+
+    def nthreads(p) -> int:
+        # a reused pid: only the threads of this lifetime
+        end = p.exit_ns if p.exit_ns is not None else 1 << 62
+        return sum(1 for s in starts.get(p.pid, ()) if p.start_ns <= s <= end) or 1
+
     cols: dict[str, list] = {name: [] for name in PROCESSES_SCHEMA.names}
-    for p in sorted(model.procs.values(), key=lambda p: p.start_ns):
+    for p in sorted(model.all_procs(), key=lambda p: p.start_ns):
         st = p.exit_status
         cols["pid"].append(p.pid)
         cols["ppid"].append(p.ppid)
@@ -127,7 +133,7 @@ def processes_table(model: Model) -> pa.Table:
         cols["exit_code"].append(None if st is None or st & 0x7F else (st >> 8) & 0xFF)
         cols["exit_signal"].append(None if st is None or not st & 0x7F else st & 0x7F)
         cols["execs"].append(p.execs)
-        cols["threads"].append(nthreads.get(p.pid, 1))
+        cols["threads"].append(nthreads(p))
         cols["before_trace"].append(p.seen_before_trace)
         cols["rank"].append(p.rank)
         cols["local_rank"].append(p.local_rank)
@@ -136,7 +142,7 @@ def processes_table(model: Model) -> pa.Table:
 
 def threads_table(model: Model) -> pa.Table:
     cols: dict[str, list] = {name: [] for name in THREADS_SCHEMA.names}
-    for t in sorted(model.threads.values(), key=lambda t: (t.pid, t.start_ns, t.tid)):
+    for t in sorted(model.all_threads(), key=lambda t: (t.pid, t.start_ns, t.tid)):
         cols["tid"].append(t.tid)
         cols["pid"].append(t.pid)
         cols["name"].append(t.name)

@@ -54,6 +54,7 @@ _Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 
 struct options {
 	const char *spool;
 	int status_fd;
+	int go_fd;		/* run: start the job after a byte (or EOF) here */
 	int rotate_ms;
 	int ringbuf_mb;
 	double duration_s;
@@ -75,7 +76,8 @@ struct options {
 	char **cmd;
 };
 
-static struct options opt = { .status_fd = -1, .rotate_ms = 1000, .ringbuf_mb = 64 };
+static struct options opt = { .status_fd = -1, .go_fd = -1, .rotate_ms = 1000,
+			       .ringbuf_mb = 64 };
 static volatile sig_atomic_t stop_requested, term_requested, parent_gone, stop_now;
 
 /* ---- status channel ----------------------------------------------------- */
@@ -274,6 +276,27 @@ static __u64 counter_sum(struct iotrace_bpf *skel, __u32 idx)
 
 /* ---- process tree ------------------------------------------------------- */
 
+/* Whether a process has exited (a zombie counts: its exit was before it was
+ * traced, so no exit event will end it). A zombie leader whose other threads
+ * run still counts as alive. */
+static bool proc_gone(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	char state = 0;
+	int nthreads = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return true;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %d",
+		       &state, &nthreads);
+	fclose(f);
+	return (state == 'Z' || state == 'X') && nthreads <= 1;
+}
+
 static int add_traced(struct iotrace_bpf *skel, pid_t pid)
 {
 	__u32 key = pid;
@@ -290,6 +313,16 @@ static int add_traced(struct iotrace_bpf *skel, pid_t pid)
 					 __ATOMIC_SEQ_CST) && expect != (__u64)pid)
 		__atomic_store_n(slot, ~0ull, __ATOMIC_SEQ_CST);
 	__sync_fetch_and_add(&skel->bss->live_procs, 1);
+	/* exited before it was in the map (a zombie, or between a caller's
+	 * check and now): no exit event will come, so it is not counted live;
+	 * if its exit was seen meanwhile, the kernel side removed it already */
+	if (proc_gone(pid)) {
+		if (!bpf_map_delete_elem(bpf_map__fd(skel->maps.traced), &key)) {
+			__sync_val_compare_and_swap(slot, (__u64)pid, 0);
+			__sync_fetch_and_add(&skel->bss->live_procs, -1);
+		}
+		return 0;
+	}
 	return 1;
 }
 
@@ -470,6 +503,7 @@ static void usage(FILE *f)
 		"  --uid U --gid G    run CMD as this user/group\n"
 		"  --groups G1,G2     supplementary groups of CMD\n"
 		"  --status-fd N      write JSON status lines to fd N\n"
+		"  --go-fd N          start CMD once a byte (or EOF) is read from fd N\n"
 		"  --rotate-ms MS     close a spool segment every MS ms (default 1000)\n"
 		"  --ringbuf-mb MB    ring buffer size (default 64)\n"
 		"  --duration S       stop after S seconds (attach mode)\n"
@@ -510,6 +544,7 @@ static int parse_args(int argc, char **argv)
 		{ "gid", required_argument, 0, 'g' },
 		{ "groups", required_argument, 0, 'G' },
 		{ "status-fd", required_argument, 0, 'S' },
+		{ "go-fd", required_argument, 0, 'O' },
 		{ "rotate-ms", required_argument, 0, 'r' },
 		{ "ringbuf-mb", required_argument, 0, 'b' },
 		{ "duration", required_argument, 0, 'd' },
@@ -541,6 +576,7 @@ static int parse_args(int argc, char **argv)
 				opt.groups[opt.ngroups++] = atoi(t);
 			break;
 		case 'S': opt.status_fd = atoi(optarg); break;
+		case 'O': opt.go_fd = atoi(optarg); break;
 		case 'r': opt.rotate_ms = atoi(optarg); break;
 		case 'b': opt.ringbuf_mb = atoi(optarg); break;
 		case 'd': opt.duration_s = strtod(optarg, NULL); break;
@@ -617,6 +653,10 @@ static struct iotrace_bpf *open_core(struct probe *probes, int ncore)
 	}
 	fill_syscall_table(skel);
 	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
+	/* wake the reader once a quarter of a small ring is filled (a 1 MiB ring
+	 * never holds the default 1 MiB of records: it was read at timeouts only) */
+	if (opt.ringbuf_mb < 4)
+		skel->rodata->wakeup_bytes = (__u64)opt.ringbuf_mb << 18;
 	for (int i = 0; i < ncore; i++)
 		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
 	return skel;
@@ -676,6 +716,8 @@ int main(int argc, char **argv)
 		fcntl(opt.status_fd, F_SETFD, FD_CLOEXEC);  /* not for the job */
 		status_out = fdopen(opt.status_fd, "w");
 	}
+	if (opt.go_fd >= 0)
+		fcntl(opt.go_fd, F_SETFD, FD_CLOEXEC);
 	libbpf_set_print(libbpf_print);
 	setrlimit(RLIMIT_MEMLOCK, &rl);  /* libbpf 1.1 still charges memlock on some kernels */
 
@@ -865,11 +907,20 @@ open_core:
 	if (!opt.cmd || opt.npids) {
 		for (int i = 0; i < opt.npids; i++) {
 			if (kill(opt.pids[i], 0) && errno == ESRCH) {
-				say("no process with pid %d", opt.pids[i]);
+				if (!status_out)  /* under iotrace, iotrace says it */
+					say("no process with pid %d", opt.pids[i]);
 				status("{\"type\":\"error\",\"error\":\"no-such-pid\",\"pid\":%d}", opt.pids[i]);
 				goto out;
 			}
-			add_traced(skel, opt.pids[i]);
+			if (!add_traced(skel, opt.pids[i]) && !opt.cmd && !opt.follow_cgroup &&
+			    opt.npids == 1) {
+				/* the one process to attach to exited while tracing started */
+				if (!status_out)  /* under iotrace, iotrace says it */
+					say("process %d exited before tracing started", opt.pids[i]);
+				status("{\"type\":\"error\",\"error\":\"exited\",\"pid\":%d}",
+				       opt.pids[i]);
+				goto out;
+			}
 		}
 		if (opt.follow_cgroup)
 			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
@@ -889,7 +940,15 @@ open_core:
 	       probed_verbs_library() ? probed_verbs_library() : "", hooks_json);
 
 	if (opt.cmd) {
-		/* Tracing is on: let the job go, then learn whether exec worked. */
+		/* Tracing is on: let the job go (once iotrace has the trace's
+		 * meta.json written, with --go-fd: a byte, or EOF if it died),
+		 * then learn whether exec worked. */
+		if (opt.go_fd >= 0) {
+			char c;
+			while (read(opt.go_fd, &c, 1) < 0 && errno == EINTR)
+				;
+			close(opt.go_fd);
+		}
 		(void)!write(go[1], "g", 1);
 		close(go[1]);
 	drop_capabilities();	/* before the job runs: it never sees more */
@@ -905,6 +964,13 @@ open_core:
 	for (;;) {
 		int n = ring_buffer__poll(rb, 50);
 		__u64 now = now_ns();
+
+		/* Most records are submitted without a wake-up until wakeup_bytes
+		 * wait (never, in a ring that small): read what is there at each
+		 * timeout, so that records do not sit in the ring (and new ones drop
+		 * when it is full) after a burst, and a segment holds its second. */
+		if (n == 0)
+			n = ring_buffer__consume(rb);
 
 		if (n < 0 && n != -EINTR) {
 			say("ring buffer poll failed: %s", strerror(-n));
