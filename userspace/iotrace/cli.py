@@ -63,6 +63,11 @@ def sysfs_btf() -> str:
 
 def check_can_trace() -> None:
     if not can_trace():
+        if os.geteuid() == 0:
+            fail("iotrace runs as root but without CAP_BPF and CAP_PERFMON (or "
+                 "CAP_SYS_ADMIN), which loading BPF programs needs: a container that "
+                 "dropped them must grant them (docker run --cap-add BPF --cap-add PERFMON)",
+                 EXIT_ENV)
         fail("iotrace needs root to load BPF programs: run it with sudo "
              "(or grant CAP_BPF and CAP_PERFMON)", EXIT_ENV)
     if not os.path.exists(sysfs_btf()):
@@ -827,7 +832,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except IotraceError as e:
         say(f"{e.message}")
         sys.exit(e.code)
-    except (duckdb.Error, pyarrow.ArrowException) as e:
+    except (duckdb.Error, pyarrow.ArrowException, UnicodeDecodeError) as e:
         # a damaged Parquet file of the trace, found when a reader's query
         # reaches it (a view is only checked where it is created)
         from .trace import OPENED
