@@ -100,3 +100,34 @@ def test_bad_pattern_makes_nothing(tmp_path):
     res = iotrace_cmd("redact", str(tmp_path), "-o", str(tmp_path / "c"), "-p", "([")
     assert res.returncode == 2
     assert not (tmp_path / "c").exists()
+
+
+def test_trace_set_names_spool_and_shared_key(tmp_path, monkeypatch):
+    """A trace set: the host=NAME directories and meta.json's host are
+    redacted too, a spool left by a failed run is not carried over, and with
+    IOTRACE_REDACT_KEY both nodes give a name the same placeholder."""
+    from synth import ev, synth_trace
+
+    from iotrace.redact import redact_trace
+    secret = "s3cr3t" + secrets.token_hex(4)
+    src = tmp_path / "set"
+    for host in (f"node-{secret}", "plain"):
+        synth_trace(src / f"host={host}", events=[
+            ev("openat", ts=1000, dur=50, ret=3, file_id=0, path=f"/data/{secret}/a.bin"),
+            ev("pread64", ts=2000, dur=500, req=100, ret=100, file_id=0)],
+            files=[(0, f"/data/{secret}/a.bin")],
+            processes=[(100, 1, f"python train.py --key={secret}")],
+            meta={"host": host, "command": ["python", "train.py", f"--key={secret}"]})
+    spool = src / f"host=node-{secret}" / ".spool"
+    spool.mkdir()
+    (spool / "000001.ev").write_bytes(secret.encode())
+    monkeypatch.setenv("IOTRACE_REDACT_KEY", "one key for the job")
+    stats = redact_trace(src, tmp_path / "out", [secret[:8]])
+    assert stats["dropped_files"] == 1 and stats["key"] == "IOTRACE_REDACT_KEY"
+    out = tmp_path / "out"
+    assert not any(secret in str(p) for p in out.rglob("*"))
+    _assert_clean(out, secret)
+    paths = {iotrace.open_trace(d).con.execute("select path from files").fetchone()[0]
+             for d in out.iterdir()}
+    assert len(paths) == 1 and "<redacted:" in paths.pop()
+    assert len(list(out.iterdir())) == 2

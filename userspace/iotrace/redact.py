@@ -171,6 +171,14 @@ def _redact_parquet(r: Redactor, src: Path, dst: Path, rel: Path) -> None:
     os.replace(tmp, dst)
 
 
+def _redact_rel(r: Redactor, rel: Path) -> Path:
+    """A trace set's host=NAME directories carry the host name: redacted in
+    the copy as the host is in meta.json, keeping the host= prefix."""
+    parts = [("host=" + r.text(part[5:])) if part.startswith("host=") else part
+             for part in rel.parts]
+    return Path(*parts)
+
+
 def redact_trace(src, dst, patterns, key: Optional[bytes] = None) -> dict:
     """Writes the redacted trace (or trace set) SRC to DST (the same directory:
     in place). Returns the counts: names (distinct components and words
@@ -183,7 +191,7 @@ def redact_trace(src, dst, patterns, key: Optional[bytes] = None) -> dict:
     metas, done, dropped = [], 0, 0
     for p in files:
         rel = p.relative_to(src)
-        out = dst / rel
+        out = dst / rel if in_place else dst / _redact_rel(r, rel)
         if p.is_symlink() or p.suffix not in (".parquet", ".json"):
             dropped += 1
             if in_place:
