@@ -232,7 +232,7 @@ def run(ctx: Context) -> list[Finding]:
         group by f.path order by 2 desc, 1 limit {TOP}""")
     procs = ctx.rows(f"""
         select b.pid, any_value(p.cmdline), sum(nbytes), sum(dur_ns)
-        from checkpoint_burst_calls b left join processes p using (pid)
+        from checkpoint_burst_calls b left join processes_once p using (pid)
         group by b.pid order by 3 desc, 1 limit {TOP}""")
     return [Finding(
         id=RULE.id, severity=severity(ev, th), title="Checkpoint write bursts",

@@ -229,7 +229,7 @@ def top_processes(ctx: Context, total_ns: int) -> list[dict]:
                           sum(n) as calls, sum(ns) as ns
                    from metadata_storm_threads group by pid)
         select m.pid, p.cmdline, opens, stats, calls, ns
-        from m left join processes p using (pid) order by ns desc, m.pid limit {TOP}""")
+        from m left join processes_once p using (pid) order by ns desc, m.pid limit {TOP}""")
     return [{"pid": pid, "cmdline": cmd, "opens": o, "stats": s, "metadata_calls": n,
              "metadata_time_s": ns / 1e9, "share": ns / max(total_ns, 1)}
             for pid, cmd, o, s, n, ns in rows]

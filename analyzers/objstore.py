@@ -52,7 +52,7 @@ def top_processes(ctx: Context, where: str, limit: int = 3) -> list[dict]:
     return [{"pid": pid, "cmdline": cmd, "requests": n, "share": s}
             for pid, cmd, n, s in ctx.rows(f"""
                 select r.pid, any_value(p.cmdline), count(*), count(*) / sum(count(*)) over ()
-                from requests r left join processes p using (pid)
+                from requests r left join processes_once p using (pid)
                 where {where} group by r.pid order by 3 desc, 1 limit {limit}""")]
 
 

@@ -124,7 +124,7 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
     top = files[0]
     procs = ctx.rows(f"""with {FLAGGED}
         select k.pid, any_value(p.cmdline), count(*), count(*) filter (where k.nonseq)
-        from {READS} k left join processes p using (pid)
+        from {READS} k left join processes_once p using (pid)
         where k.file_id in (select file_id from flagged)
         group by k.pid order by 3 desc, 1 limit 5""", *params(th))
     examples = [{"ts_ns": ts, "pid": pid, "tid": tid,

@@ -66,7 +66,7 @@ def top_processes(ctx: Context, direction: str, file_ids) -> list[dict]:
     return [{"pid": pid, "cmdline": cmd, "calls": int(n), "bytes": int(b)}
             for pid, cmd, n, b in ctx.rows(f"""
                 select i.pid, any_value(p.cmdline), count(*), sum(nbytes)
-                from io i left join processes p using (pid)
+                from io i left join processes_once p using (pid)
                 where i.dir like ? and i.file_id in ({ids})
                 group by i.pid order by 3 desc, 1 limit 5""", direction)]
 

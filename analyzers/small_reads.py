@@ -147,7 +147,7 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
     top = files[0]
     procs = ctx.rows(f"""with {FLAGGED_CTE}
         select i.pid, any_value(p.cmdline), count(*), sum(nbytes)
-        from io i left join processes p using (pid)
+        from io i left join processes_once p using (pid)
         where i.dir = 'read' and i.ret >= 0 and i.file_id in (select file_id from flagged)
         group by i.pid order by 3 desc, 1 limit 5""")
     examples = ctx.rows("""

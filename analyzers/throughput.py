@@ -56,7 +56,7 @@ def read_finding(ctx: Context, th: dict) -> list[Finding]:
     steady_rate = (steady or 0) / max((last - split) / 1e9, 1e-3)
     procs = ctx.rows(f"""
         select i.pid, any_value(p.cmdline), sum(nbytes), sum(nbytes) / {total}
-        from all_io i left join processes p using (pid) where dir = 'read'
+        from all_io i left join processes_once p using (pid) where dir = 'read'
         group by i.pid order by 3 desc, 1 limit 5""")
     files = ctx.rows(f"""
         select path, sum(nbytes), sum(nbytes) / {total} from all_io where dir = 'read'

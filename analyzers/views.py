@@ -129,6 +129,11 @@ def create_views(con) -> Optional[str]:
 
 
 def _shared_views(con) -> None:
+    # one row per pid, for naming a pid's process: a pid the kernel gave out
+    # again during the trace has a row per lifetime in processes
+    con.execute("""
+        create or replace temp view processes_once as
+        select pid, any_value(cmdline) as cmdline from processes group by pid""")
     con.execute(f"""
         create or replace temp table io as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,

@@ -100,7 +100,8 @@ def fuse_daemons(t: Trace) -> list[dict]:
             select r.daemon_pid, any_value(p.cmdline), count(*),
                    count(*) filter (where r.job_ts_ns is not null),
                    sum(r.http_requests), sum(r.http_bytes), any_value(ops.by_opcode)
-            from r left join processes p on p.pid = r.daemon_pid
+            from r left join (select pid, any_value(cmdline) as cmdline from processes
+                              group by pid) p on p.pid = r.daemon_pid
             join ops using (daemon_pid)
             group by r.daemon_pid order by 3 desc""").fetchall()
     except Exception:   # noqa: BLE001 - an engine or trace without the table
