@@ -78,6 +78,12 @@ def check_can_trace() -> None:
 
 def prepare_outdir(out: Optional[str], default_stem: str, force: bool) -> Path:
     path = Path(expand_out(out)) if out else Path(f"iotrace-{time.strftime('%Y%m%d-%H%M%S')}-{default_stem}")
+    try:
+        str(path.resolve()).encode("utf-8")
+    except UnicodeEncodeError:
+        from .model import path_text
+        fail(f"{path_text(str(path))}: a trace directory's path must be UTF-8 (Parquet and "
+             "DuckDB take no other): choose another -o DIR")
     if path.exists():
         if not force:
             fail(f"{path} already exists: choose another -o DIR, or add --force to replace it")

@@ -140,6 +140,18 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
     for key, v in (meta.get("counters") or {}).items():
         if not isinstance(v, int) or isinstance(v, bool) or not _INT64[0] <= v <= _INT64[1]:
             raise bad(f"counters.{key}", v, "a 64-bit integer")
+    probes, clock = meta.get("probes") or {}, meta.get("clock") or {}
+    for key, items, ok in (
+            ("probes.attached", probes.get("attached"), lambda x: isinstance(x, str)),
+            ("probes.verbs_libraries_not_probed", probes.get("verbs_libraries_not_probed"),
+             lambda x: isinstance(x, str)),
+            ("probes.skipped", probes.get("skipped"), lambda x: isinstance(x, dict) and all(
+                isinstance(x.get(k), str) for k in ("probe", "why"))),
+            ("clock.samples", clock.get("samples"), lambda x: isinstance(x, dict) and all(
+                type(x.get(k)) is int and _INT64[0] <= x[k] <= _INT64[1]
+                for k in ("monotonic_ns", "realtime_ns")))):
+        if items is not None and not (isinstance(items, list) and all(map(ok, items))):
+            raise bad(key, items, "a list of what iotrace writes there")
     for v in meta.get("drop_intervals") or ():
         if not (isinstance(v, list) and len(v) == 3 and all(
                 isinstance(x, int) and not isinstance(x, bool) for x in v)):
@@ -217,6 +229,13 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
     """Views {prefix}events, files, processes, threads, requests and
     connections over a trace's Parquet files (derived: also requests and
     connections, computed from the events for a trace that lacks them)."""
+    try:
+        str(root).encode("utf-8")
+    except UnicodeEncodeError:
+        from .model import path_text
+        raise IotraceError(f"{path_text(str(root))}: the trace's path is not UTF-8, which "
+                           "DuckDB cannot open: rename the directory, or give a symlink to it "
+                           "with a UTF-8 name (ln -s)", EXIT_TRACE)
     parts = sorted((root / "events").glob("part-*.parquet"))
     ev = f"{prefix}events"
     try:
