@@ -194,9 +194,9 @@ def test_ring_overflow_drops_exact_and_when(tmp_path, cbin, data):
 
 # ---- kill -9 of iotrace or of the recorder, at random moments ---------------------
 
-TICKS = 200           # ticker.py: 200 chunks, 10 ms apart (2.5 s or so traced)
+TICKS = 300           # ticker.py: 300 chunks, 10 ms apart (3.5 s or so traced)
 _rng = random.Random(20261124)
-KILLS = [(who, round(_rng.uniform(0.1, 1.9), 2))
+KILLS = [(who, round(_rng.uniform(0.1, 3.0), 2))
          for who in ("iotrace", "recorder", "iotrace", "recorder") * 2]
 
 
@@ -254,11 +254,11 @@ def test_kill_9(tmp_path, who, delay):
                   str(job / "job.out"))
     assert [(o, r) for _, o, r in writes] == [(i * 4096, 4096) for i in range(len(writes))]
     assert all(ts < killed_at for ts, _, _ in writes)
+    # (segments close every second; iotrace converts each within 0.25 s, and
+    # after a recorder's death every closed one; margin for a loaded machine)
     traced_s = (killed_at - m["start_monotonic_ns"]) / 1e9
-    if traced_s > 2.5:
-        assert writes and writes[-1][0] >= killed_at - 2.5e9, \
-            f"the trace ends {(killed_at - writes[-1][0]) / 1e9 if writes else traced_s:.1f} s " \
-            "before the kill"
+    gap_s = (killed_at - writes[-1][0]) / 1e9 if writes else traced_s
+    assert gap_s < 2.5 or traced_s < 2.5, f"the trace ends {gap_s:.2f} s before the kill"
 
 
 # ---- 1,000 processes and 10,000 threads; a pid reused -----------------------------
