@@ -42,7 +42,9 @@ out_console = _console(stderr=False)
 
 
 def say(message: str) -> None:
-    """One plain line on stderr (never wrapped: scripts grep these)."""
+    """One plain line on stderr (never wrapped: scripts grep these; a line
+    break inside, from a file name or a damaged file, is written as \\n)."""
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
     sys.stderr.write(f"iotrace: {message}\n")
     sys.stderr.flush()
 
