@@ -243,6 +243,9 @@ def test_kill_9(tmp_path, who, delay):
     m = t.meta
     if who == "iotrace":
         assert m["state"] == "recording" and "recording" in s.stdout
+        assert "no iotrace is recording it any more (killed?)" in " ".join(s.stdout.split())
+        assert json.loads(iotrace_cmd("summary", "--format", "json", str(out)).stdout)[
+            "abandoned"] is True
         assert "stop_reason" not in m
     else:
         assert m["state"] == "incomplete" and "incomplete" in s.stdout

@@ -1,8 +1,10 @@
 """The short summary printed at the end of a run and by `iotrace summary`."""
 from __future__ import annotations
 
+import platform
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -93,12 +95,29 @@ def summarize(t: Trace, top: int = 5) -> Summary:
         ops=ops, top_files=top_files, counters=meta.get("counters", {}))
 
 
+def abandoned(meta: dict) -> bool:
+    """A trace in `recording` whose iotrace is gone (this host only)."""
+    pid = meta.get("iotrace_pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or \
+            meta.get("host") != platform.node():
+        return False
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"iotrace" not in cmd
+
+
 def print_summary(t: Trace, console: Console) -> None:
     s = summarize(t)
     meta = t.meta
     state = meta.get("state")
     console.print(f"[bold]iotrace[/bold] {t.root}  ({meta.get('mode')}, {s.duration_s:.2f} s"
                   + (f", [yellow]{state}[/yellow]" if state != "complete" else "") + ")")
+    if state == "recording" and abandoned(meta):
+        console.print("  [yellow]no iotrace is recording it any more (killed?): the trace "
+                      "ended abruptly; its events parts are whole, the last second or so "
+                      "is missing[/yellow]")
     drops = f"[red]{s.drops} dropped[/red]" if s.drops else "0 dropped"
     if is_profile(meta):
         console.print(f"  profile: {s.calls:,} calls summed in kernel, {s.events:,} events "
@@ -213,7 +232,10 @@ def summary_json(t: Trace) -> dict:
     block device (docs/report-json.md)."""
     s = summarize(t)
     return {
-        "trace": str(t.root), "state": t.meta.get("state"), "duration_s": s.duration_s,
+        "trace": str(t.root), "state": t.meta.get("state"),
+        # `recording`, but its iotrace is gone: ended abruptly
+        "abandoned": t.meta.get("state") == "recording" and abandoned(t.meta),
+        "duration_s": s.duration_s,
         "capture": t.meta.get("capture", "full"), "profile_calls": s.calls,
         "events": s.events, "dropped": s.drops,
         "dropped_in_s": round(drop_time(t.meta, 0, 1 << 62)[0], 3),

@@ -156,6 +156,7 @@ def base_meta(command: Optional[list[str]], mode: str, options: dict) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": "iotrace",
+        "iotrace_pid": os.getpid(),   # who writes it while `recording`
         "state": "recording",
         "mode": mode,
         "host": uname.node,
