@@ -567,6 +567,10 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
     start_or_clean_up(session)
     finish_session(session, status, quiet, user, node_report=not no_node_summary,
                    redact=redact)
+    if session.recorder_died():
+        say(f"the recorder died: tracing stopped and the trace in {outdir} is incomplete; "
+            "waiting for the job to end")
+        session.wait_orphaned_job()
     code = session.job_exit_code()
     if want_report:
         emit_report(outdir, targets, config, "text", None, None)

@@ -35,6 +35,14 @@ from .tracedir import TraceWriter
 TABLES_EVERY_S = 2.0
 
 
+def _set_child_subreaper() -> None:
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
 def recorder_path() -> str:
     env = os.environ.get("IOTRACE_RECORDER")
     if env:
@@ -93,10 +101,15 @@ class Session:
         self.convert_error: Optional[str] = None
         self.final_write_error: Optional[str] = None
         self._profile_stamp: Optional[tuple] = None   # profile files last converted
+        self.orphan_status: Optional[int] = None     # the job's, if the recorder died
 
     # ---- recorder process -------------------------------------------------
 
     def start(self) -> None:
+        if self.run_mode:
+            # a child subreaper: if the recorder dies, the job becomes ours,
+            # so that its exit status is still known (wait_orphaned_job)
+            _set_child_subreaper()
         rfd, wfd = os.pipe()
         # run: the recorder starts the job once iotrace has written the trace's
         # first meta.json (a byte on go), so that an iotrace killed at any
@@ -250,6 +263,13 @@ class Session:
     def signal_recorder(self, sig: int) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+        elif sig == signal.SIGTERM and self.run_mode and self.ready and \
+                self.orphan_status is None:
+            # the recorder died and iotrace waits for the job: pass it on
+            try:
+                os.kill(self.ready["pid"], signal.SIGTERM)
+            except OSError:
+                pass
 
     # ---- conversion -------------------------------------------------------
 
@@ -310,11 +330,50 @@ class Session:
             self.clock.tick()
             if time.monotonic() - last_tables >= TABLES_EVERY_S:
                 self._snapshot()
+                self._reap_orphans()
                 last_tables = time.monotonic()
         # After its end status the recorder only detaches (fentry links wait
         # for an RCU-tasks grace period each; tracing is already off). Waited
         # for: when iotrace ends, nothing of it is left in the kernel.
         self.proc.wait()
+
+    def _reap_orphans(self) -> None:
+        """As a subreaper, iotrace adopts the job's orphaned descendants (a
+        daemon it double-forked): reaps those that ended, never the recorder
+        or the job."""
+        if not self.run_mode:
+            return
+        keep = {self.proc.pid, (self.ready or {}).get("pid")}
+        while True:
+            try:
+                res = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if res is None or res.si_pid in keep:
+                return
+            try:
+                os.waitpid(res.si_pid, 0)
+            except ChildProcessError:
+                return
+
+    def recorder_died(self) -> bool:
+        return self.end is None
+
+    def wait_orphaned_job(self) -> None:
+        """The recorder died without the job's status: the job is iotrace's
+        child now (subreaper); waits for it to end and keeps its status."""
+        job = (self.ready or {}).get("pid")
+        if not self.run_mode or not job or not self.recorder_died():
+            return
+        while True:
+            try:
+                _, st = os.waitpid(job, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                return        # reaped by the recorder before it died: unknown
+            self.orphan_status = st
+            return
 
     def stop_error(self) -> Optional[str]:
         """Why tracing stopped early, in words, or None."""
@@ -416,6 +475,8 @@ class Session:
         if self.exec_errno:
             return 127 if self.exec_errno == errno.ENOENT else 126
         job = (self.end or {}).get("job_status", -1)
+        if (job is None or job < 0) and self.orphan_status is not None:
+            job = self.orphan_status
         if job is None or job < 0:
             return EXIT_TRACE
         if job & 0x7F:
