@@ -939,6 +939,7 @@ open_core:
 	       (unsigned long long)rt.tv_sec * 1000000000ull + rt.tv_nsec, attached, skipped,
 	       probed_verbs_library() ? probed_verbs_library() : "", hooks_json);
 
+	drop_capabilities();	/* before the job runs: it never sees more */
 	if (opt.cmd) {
 		/* Tracing is on: let the job go (once iotrace has the trace's
 		 * meta.json written, with --go-fd: a byte, or EOF if it died),
@@ -951,7 +952,6 @@ open_core:
 		}
 		(void)!write(go[1], "g", 1);
 		close(go[1]);
-	drop_capabilities();	/* before the job runs: it never sees more */
 		if (read(errp[0], &exec_errno, sizeof(exec_errno)) != sizeof(exec_errno))
 			exec_errno = 0;
 		close(errp[0]);
