@@ -196,11 +196,32 @@ def _shared_views(con) -> None:
 READ_STREAMS_SQL = """
 create or replace temp table read_streams as
 select file_id, pid, off, nbytes, req_bytes, dur_ns, cache_added,
-       lag(off + nbytes) over (partition by pid, fd, file_id order by ts_ns) as prev_end,
+       lag(off + nbytes) over (partition by {stream} order by ts_ns) as prev_end,
        last_value(case when nbytes > 0 then off + nbytes end ignore nulls) over (
-           partition by pid, fd, file_id order by ts_ns
+           partition by {stream} order by ts_ns
            rows between unbounded preceding and 1 preceding) as prev_moved_end
 from io where dir = 'read' and ret >= 0"""
+
+# A stream is (pid, fd, file_id). Packed into one BIGINT when the values fit
+# (pid < 2^22, the kernel's limit; fd < 2^20; file_id < 2^21), DuckDB's window
+# partitions on one key: a quarter less time than on three, on 10 M events.
+STREAM_KEYS = "pid, fd, file_id"
+STREAM_PACKED = "(pid::bigint << 41) | (fd::bigint << 21) | file_id::bigint"
+
+
+def stream_key(con) -> str:
+    """The window's partition: packed where the values fit (DuckDB; Spark
+    gets the three keys, as it writes shifts its own way)."""
+    if hasattr(con, "spark"):
+        return STREAM_KEYS
+    lo_fd, hi_fd, lo_id, hi_id, lo_pid, hi_pid = con.execute(
+        "select min(fd), max(fd), min(file_id), max(file_id), min(pid), max(pid) from io "
+        "where dir = 'read' and ret >= 0").fetchone()
+    if hi_fd is None:
+        return STREAM_KEYS
+    fits = (0 <= lo_fd and hi_fd < 1 << 20 and 0 <= lo_id and hi_id < 1 << 21
+            and 0 <= lo_pid and hi_pid < 1 << 22)
+    return STREAM_PACKED if fits else STREAM_KEYS
 
 
 def shared_table(ctx, name: str, sql: str) -> str:
@@ -213,4 +234,7 @@ def shared_table(ctx, name: str, sql: str) -> str:
 
 def read_streams(ctx) -> str:
     """The `read_streams` table (READ_STREAMS_SQL); its name."""
-    return shared_table(ctx, "read_streams", READ_STREAMS_SQL)
+    if "read_streams" not in ctx.made:
+        ctx.con.execute(READ_STREAMS_SQL.format(stream=stream_key(ctx.con)))
+        ctx.made.add("read_streams")
+    return "read_streams"
