@@ -30,6 +30,7 @@ from conftest import wait_for as wait_until
 from test_cleanup import alive, bpf_ids, children, gone, wait_for
 
 import iotrace
+from iotrace.convert import read_segment
 
 pytestmark = needs_root()
 PY = sys.executable
@@ -247,8 +248,12 @@ def test_kill_9(tmp_path, who, delay):
     if who == "iotrace":
         assert m["state"] == "recording" and "recording" in s.stdout
         assert "no iotrace is recording it any more (killed?)" in " ".join(s.stdout.split())
-        assert json.loads(iotrace_cmd("summary", "--format", "json", str(out)).stdout)[
-            "abandoned"] is True
+        sj = json.loads(iotrace_cmd("summary", "--format", "json", str(out)).stdout)
+        assert sj["abandoned"] is True
+        # what stayed in the spool is counted: every whole record of its segments
+        left = sum(len(read_segment(p)[0]) for p in (out / ".spool").glob("*.ev"))
+        assert sj["unconverted_records"] == left
+        assert f"({left:,} records left unconverted in .spool/)" in " ".join(s.stdout.split())
         assert "stop_reason" not in m
     else:
         assert m["state"] == "incomplete" and "incomplete" in s.stdout

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .doctor import skipped_by_reason
-from .abi import FAILED_SQL, WRITE_OPS, sql_list
+from .abi import EVENT_DTYPE, FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .endpoints import endpoints
 from .storage_io import files_and_devices
@@ -95,6 +95,16 @@ def summarize(t: Trace, top: int = 5) -> Summary:
         ops=ops, top_files=top_files, counters=meta.get("counters", {}))
 
 
+def unconverted_records(root: Path) -> int:
+    """Records a killed iotrace left in the trace's spool, not converted (whole
+    records of its segments; a torn tail is not counted)."""
+    try:
+        return sum(f.stat().st_size // EVENT_DTYPE.itemsize
+                   for f in (root / ".spool").glob("*.ev"))
+    except OSError:
+        return 0
+
+
 def abandoned(meta: dict) -> bool:
     """A trace in `recording` whose iotrace is gone (this host only)."""
     pid = meta.get("iotrace_pid")
@@ -115,9 +125,10 @@ def print_summary(t: Trace, console: Console) -> None:
     console.print(f"[bold]iotrace[/bold] {t.root}  ({meta.get('mode')}, {s.duration_s:.2f} s"
                   + (f", [yellow]{state}[/yellow]" if state != "complete" else "") + ")")
     if state == "recording" and abandoned(meta):
+        left = unconverted_records(t.root)
         console.print("  [yellow]no iotrace is recording it any more (killed?): the trace "
                       "ended abruptly; its events parts are whole, the last second or so "
-                      "is missing[/yellow]")
+                      f"is missing ({left:,} records left unconverted in .spool/)[/yellow]")
     drops = f"[red]{s.drops} dropped[/red]" if s.drops else "0 dropped"
     if is_profile(meta):
         console.print(f"  profile: {s.calls:,} calls summed in kernel, {s.events:,} events "
@@ -235,6 +246,8 @@ def summary_json(t: Trace) -> dict:
         "trace": str(t.root), "state": t.meta.get("state"),
         # `recording`, but its iotrace is gone: ended abruptly
         "abandoned": t.meta.get("state") == "recording" and abandoned(t.meta),
+        # records the killed iotrace left in .spool/, not converted (lost)
+        "unconverted_records": unconverted_records(t.root),
         "duration_s": s.duration_s,
         "capture": t.meta.get("capture", "full"), "profile_calls": s.calls,
         "events": s.events, "dropped": s.drops,
