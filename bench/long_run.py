@@ -33,6 +33,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "userspace"))
 import iotrace  # noqa: E402
+from peers import dir_bytes as tree_bytes  # noqa: E402  (bench/ is the script's directory)
 
 MODES = ("full", "profile")
 
@@ -46,17 +47,6 @@ def make_data(d: Path, files: int = 8, size: int = 64 << 20) -> None:
                 f.write(block)
     for p in d.iterdir():     # into the page cache: the rate is the loader's, not the disk's
         p.read_bytes()
-
-
-def tree_bytes(d: Path) -> int:
-    total = 0
-    for root, _, names in os.walk(d):
-        for n in names:
-            try:
-                total += os.stat(os.path.join(root, n)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def rss_mib(proc: psutil.Process) -> tuple[float, float]:

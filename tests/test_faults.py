@@ -28,20 +28,13 @@ import pytest
 from conftest import IOTRACE, ROOT, WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
 from conftest import wait_for as wait_until
 from test_cleanup import alive, bpf_ids, children, gone, wait_for
+from test_errors import one_line
 
 import iotrace
 from iotrace.convert import read_segment
 
 pytestmark = needs_root()
 PY = sys.executable
-
-
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("iotrace: ")
-    return lines[0]
 
 
 def ticker_sha(n: int) -> str:
