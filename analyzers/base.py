@@ -93,7 +93,14 @@ class Context:
 
     def rows(self, sql: str, *params) -> list[tuple]:
         """Query rows; DuckDB's DECIMAL/HUGEINT sums come back as int or float."""
-        return [tuple(map(plain, r)) for r in self.con.execute(sql, list(params)).fetchall()]
+        res = self.con.execute(sql, list(params))
+        rows = res.fetchall()
+        # only DECIMAL columns need it (HUGEINT comes back as int): a rule may
+        # fetch a row per file, and converting every value was a third of a second
+        desc = getattr(res, "description", None)
+        if desc and all(len(d) > 1 and not str(d[1]).startswith("DECIMAL") for d in desc):
+            return rows
+        return [tuple(map(plain, r)) for r in rows]
 
     def one(self, sql: str, *params) -> tuple:
         r = self.con.execute(sql, list(params)).fetchone()

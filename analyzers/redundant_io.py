@@ -71,22 +71,63 @@ def top_processes(ctx: Context, direction: str, file_ids) -> list[dict]:
                 group by i.pid order by 3 desc, 1 limit 5""", direction)]
 
 
-def rereads(ctx: Context, th: dict, total_read: int) -> list[Finding]:
-    # Distinct bytes of a file = the union of its read ranges. Screen with an
-    # upper bound (no sort): the smaller of the extent and the sum, over distinct
-    # start offsets, of the longest read from each; exact when re-reads repeat the
-    # same requests. Then the exact union, for the files that pass: sorted by
-    # start, each range adds what reaches past the furthest end before it.
-    files = ctx.rows("""
-        with tot as (select file_id, count(*) as reads, sum(nbytes) as bytes,
-                            sum(dur_ns) as dur_ns,
-                            max(off + nbytes) filter (where nbytes > 0 and off >= 0)
-                            - min(off) filter (where nbytes > 0 and off >= 0) as extent,
-                            max(nbytes) as longest
-                     from io where dir = 'read' and ret >= 0 group by file_id),
+# A read's file and offset in one BIGINT when they fit (file_id < 2^23,
+# offsets below 1 TiB): the union of a file's ranges is then one running
+# maximum over the reads in key order, with no grouping or partitioning, a
+# quarter less time than grouping by (file, offset) first.
+PACK_SHIFT = 40
+
+
+def _packs(ctx: Context) -> bool:
+    if hasattr(ctx.con, "spark"):
+        return False
+    hi_id, hi_end = ctx.one("""select max(file_id), max(off + nbytes) from io
+                               where dir = 'read' and nbytes > 0 and off >= 0""")
+    return hi_id is None or (hi_id < 1 << (63 - PACK_SHIFT) and hi_end < 1 << PACK_SHIFT)
+
+
+TOTALS = """
+        tot as (select file_id, count(*) as reads, sum(nbytes) as bytes,
+                       sum(dur_ns) as dur_ns,
+                       max(off + nbytes) filter (where nbytes > 0 and off >= 0)
+                       - min(off) filter (where nbytes > 0 and off >= 0) as extent,
+                       max(nbytes) as longest
+                from io where dir = 'read' and ret >= 0 group by file_id),
         -- distinct bytes >= the longest read: files that cannot fire even then
-        -- are left out before the per-offset grouping (most files, and most of the cost)
-        maybe as (select file_id from tot where bytes >= ? * longest and bytes - longest >= ?),
+        -- are left out before the union (most files, and most of the cost)
+        maybe as (select file_id from tot where bytes >= ? * longest and bytes - longest >= ?),"""
+OPENS_PER_FILE = """
+        op as (select file_id, count(*) as opens from events
+               where op in """ + OPENS + """ and ret >= 0 and file_id >= 0 group by file_id)"""
+SELECT = """
+        select t.file_id, f.path, t.reads, t.bytes, u.distinct_bytes, coalesce(o.opens, 0),
+               t.dur_ns, t.bytes / u.distinct_bytes as factor
+        from cand t join uniq u using (file_id) join files f using (file_id)
+             left join op o using (file_id)
+        order by t.bytes - u.distinct_bytes desc, t.file_id"""
+
+# Packed: sorted by (file, start, end), each range adds what reaches past the
+# furthest end before it; the ends carry the file too, so a file's first range
+# is never reached by the file before it.
+UNION_PACKED = f"""
+        r as (select (file_id::bigint << {PACK_SHIFT}) | off as k,
+                     (file_id::bigint << {PACK_SHIFT}) | (off + nbytes) as e
+              from io where dir = 'read' and nbytes > 0 and off >= 0
+                    and file_id in (select file_id from maybe)),
+        m as (select k, e, max(e) over (order by k, e rows between unbounded preceding
+                                                          and 1 preceding) as reach
+              from r),
+        uniq as (select k >> {PACK_SHIFT} as file_id,
+                        sum(greatest(0, e - greatest(k, coalesce(reach, k)))) as distinct_bytes
+                 from m group by 1),
+        cand as (select t.* from tot t join uniq u using (file_id)
+                 where t.bytes >= ? * u.distinct_bytes and t.bytes - u.distinct_bytes >= ?),"""
+
+# Three keys: screened first with an upper bound (no sort): the smaller of the
+# extent and the sum, over distinct start offsets, of the longest read from
+# each; exact when re-reads repeat the same requests. Then the exact union for
+# the files that pass, as above, per file.
+UNION_KEYS = """
         starts as (select file_id, off as s, max(off + nbytes) as e from io
                    where dir = 'read' and nbytes > 0 and off >= 0
                          and file_id in (select file_id from maybe) group by file_id, off),
@@ -100,14 +141,13 @@ def rereads(ctx: Context, th: dict, total_read: int) -> list[Finding]:
               from starts where file_id in (select file_id from cand)),
         uniq as (select file_id, sum(greatest(0, e - greatest(s, coalesce(reach, s))))
                                  as distinct_bytes
-                 from m group by file_id),
-        op as (select file_id, count(*) as opens from events
-               where op in """ + OPENS + """ and ret >= 0 and file_id >= 0 group by file_id)
-        select t.file_id, f.path, t.reads, t.bytes, u.distinct_bytes, coalesce(o.opens, 0),
-               t.dur_ns, t.bytes / u.distinct_bytes as factor
-        from cand t join uniq u using (file_id) join files f using (file_id)
-             left join op o using (file_id)
-        order by t.bytes - u.distinct_bytes desc, t.file_id""",
+                 from m group by file_id),"""
+
+
+def rereads(ctx: Context, th: dict, total_read: int) -> list[Finding]:
+    # Distinct bytes of a file = the union of its read ranges.
+    union = UNION_PACKED if _packs(ctx) else UNION_KEYS
+    files = ctx.rows("with " + TOTALS + union + OPENS_PER_FILE + SELECT,
                      *(th["min_reread_factor"], int(th["min_redundant_read_bytes"])) * 2)
     if not files:
         return []

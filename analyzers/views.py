@@ -128,6 +128,13 @@ def create_views(con) -> Optional[str]:
     return cached
 
 
+def _dir_sql(con, read_ops) -> str:
+    """SQL: 'read' or 'write' by the op; an ENUM on DuckDB, where the rules'
+    many `dir = 'read'` filters then compare integers."""
+    case = f"case when e.op in {sql_list(read_ops)} then 'read' else 'write' end"
+    return case if hasattr(con, "spark") else f"({case})::enum('read', 'write')"
+
+
 def _shared_views(con) -> None:
     # one row per pid, for naming a pid's process: a pid the kernel gave out
     # again during the trace has a row per lifetime in processes
@@ -140,7 +147,7 @@ def _shared_views(con) -> None:
                e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
                e.arg as cache_added,
                f.path, f.fs_type,
-               case when e.op in {sql_list(READ_OPS)} then 'read' else 'write' end as dir
+               {_dir_sql(con, READ_OPS)} as dir
         from events e join files f using (file_id)
         where e.op in {sql_list(READ_OPS + WRITE_OPS)} and e.file_id >= 0""")
     con.execute(f"""

@@ -310,6 +310,8 @@ class Timelines:
         self._fetch(batch, want)
 
     def _fetch(self, need: list[int], keep: set) -> None:
+        # sorted by thread, then calls before off-CPU intervals: each thread's
+        # calls and intervals are slices of the batch's arrays (no masks)
         cols = self.con.execute(f"""
             select tid, ts_ns, ts_ns + dur_ns as end_ns, op = 'offcpu' as is_off,
                    {_flags_sql()} as bits, mode, coalesce(chan_ino, -1) as chan_ino,
@@ -317,22 +319,22 @@ class Timelines:
             from events
             where tid in ({",".join(map(str, need))}) and op is not null
               and ts_ns is not null and dur_ns is not null
-            order by tid, ts_ns, end_ns""").fetchnumpy()
+            order by tid, is_off, ts_ns, end_ns""").fetchnumpy()
         cols = {k: np.asarray(v) for k, v in cols.items()}
-        off = cols.pop("is_off").astype(bool)
-        bits = cols.pop("bits").astype(np.int64)
-        for k, b in FLAG_BIT.items():
-            cols[k] = (bits & b) != 0
-        del bits
-        call_keys = ["ts_ns", "end_ns", *FLAG_BIT, "mode", "chan_ino"]
+        key = cols.pop("tid").astype(np.int64) * 2 + cols.pop("is_off").astype(np.int64)
+        bounds = np.searchsorted(key, [2 * t + i for t in need for i in range(3)])
+        del key
+        call_keys = ["ts_ns", "end_ns", "mode", "chan_ino"]
         off_keys = ["ts_ns", "end_ns", "wake", "waker", "waker_pid"]
-        for store, sel, keys in ((self._calls, ~off, call_keys), (self._off, off, off_keys)):
-            tid = cols["tid"][sel]
-            part = {k: cols[k][sel] for k in keys}
-            for t in need:      # own copies when several threads share the arrays
-                a, b = np.searchsorted(tid, [t, t + 1])
-                store[t] = {k: (v[a:b].copy() if len(need) > 1 else v[a:b])
-                            for k, v in part.items()}
+        one = len(need) == 1    # own copies when several threads share the arrays
+        for i, t in enumerate(need):
+            a, b, c = bounds[3 * i:3 * i + 3]
+            calls = {k: (cols[k][a:b] if one else cols[k][a:b].copy()) for k in call_keys}
+            bits = cols["bits"][a:b]
+            for k, bit in FLAG_BIT.items():
+                calls[k] = (bits & bit) != 0
+            self._calls[t] = calls
+            self._off[t] = {k: (cols[k][b:c] if one else cols[k][b:c].copy()) for k in off_keys}
         del cols
         for t in need:
             self._rows[t] = len(self._calls[t]["ts_ns"]) + len(self._off[t]["ts_ns"])
@@ -631,11 +633,12 @@ def analyse(con, th: dict, t0: int, t1: int,
     tot = sum(stall.values())
     shares = {k: (v / tot if tot > 0 else 0.0) for k, v in stall.items()}
     if sum(len(c[0]) for c in costs):
-        tbl = pa.table({"tid": pa.array(np.concatenate([c[0] for c in costs]), pa.int32()),
-                        "ts_ns": pa.array(np.concatenate([c[1] for c in costs]), pa.int64()),
-                        "cost_ns": pa.array(np.concatenate([c[2] for c in costs]).astype(float),
-                                            pa.float64())})
-        con.register("wait_cost_in", tbl)
+        cols = {"tid": np.concatenate([c[0] for c in costs]).astype(np.int32),
+                "ts_ns": np.concatenate([c[1] for c in costs]).astype(np.int64),
+                "cost_ns": np.concatenate([c[2] for c in costs]).astype(np.float64)}
+        # DuckDB reads numpy arrays as they are; through pyarrow, the first
+        # conversion imports pandas (a quarter of a second)
+        con.register("wait_cost_in", cols if not hasattr(con, "spark") else pa.table(cols))
         con.execute("""insert into wait_cost select tid, ts_ns, sum(cost_ns)
                        from wait_cost_in group by all""")
         con.unregister("wait_cost_in")

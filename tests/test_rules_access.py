@@ -345,16 +345,23 @@ def test_reread_warn_share_edge(tmp_path, extra, sev):
     assert f.rule_severity == sev
 
 
-def test_reread_distinct_bytes_are_a_union(tmp_path):
-    """[0,100) [50,150) [200,300) [150,200): 400 bytes read, 300 distinct."""
+@pytest.mark.parametrize("packed", [True, False])
+def test_reread_distinct_bytes_are_a_union(tmp_path, monkeypatch, packed):
+    """[0,100) [50,150) [200,300) [150,200): 400 bytes read, 300 distinct; a
+    second file's [0,60) twice after it adds 120 read, 60 distinct (its ranges
+    are not reached by the first file's). Both ways of taking the union: file
+    and offset packed in one key, and three keys."""
+    import iotrace.analyzers.redundant_io as rio
+    monkeypatch.setattr(rio, "_packs", lambda ctx: packed)
     evs = [ev("pread64", ts=i, off=o, req=100 if o != 150 else 50,
               ret=100 if o != 150 else 50, file_id=0)
            for i, o in enumerate([0, 50, 200, 150])]
+    evs += [ev("pread64", ts=10 + i, off=0, req=60, ret=60, file_id=1, fd=4) for i in range(2)]
     cfg = config(tmp_path, "[redundant-io]\nmin_reread_factor = 1\n"
                            "min_redundant_read_bytes = 0\n")
     e = one(trace(tmp_path, evs), "redundant-io", cfg).evidence
-    assert (e["read_bytes"], e["distinct_read_bytes"]) == (350, 300)
-    assert e["reread_factor"] == pytest.approx(350 / 300)
+    assert (e["read_bytes"], e["distinct_read_bytes"]) == (470, 360)
+    assert e["reread_factor"] == pytest.approx(470 / 360)
 
 
 def test_fsync_after_every_small_write(tmp_path):

@@ -332,6 +332,28 @@ def test_in_flight_sweep(tmp_path):
     assert one(t, "imbalance", str(cfg)).evidence["max_in_flight"] == 1
 
 
+def test_numpy_sweep_matches_a_brute_force_count():
+    # the in-flight count and the idle gaps of random reads, ties included
+    # (an end equal to a start has ended), against counting each case directly
+    import numpy as np
+    from iotrace.analyzers.imbalance import sweep_numpy
+    rng = np.random.default_rng(7)
+    for n in [1, 2, 3, 5, 8, 13, 40] * 20:
+        s = rng.integers(0, 4 * n, n)
+        e = s + rng.integers(1, 6, n)
+        flight = max(int(((s <= x) & (e > x)).sum()) for x in s)
+        spans = sorted(zip(s.tolist(), e.tolist()))
+        gaps, reach = [], spans[0][1]
+        for a, b in spans[1:]:
+            if a - reach > 2:
+                gaps.append((a - reach, reach))
+            reach = max(reach, b)
+        top = [{"t": t, "gap": g} for g, t in sorted(gaps, key=lambda x: (-x[0], x[1]))[:3]]
+        want = (flight, len(gaps), max((g for g, _ in gaps), default=0),
+                sum(g for g, _ in gaps), top)
+        assert sweep_numpy(s, e, 2) == want, (s, e)
+
+
 def test_idle_gaps_edges(tmp_path):
     # one reader: reads of 1 ms, gaps of 0.1 s (not counted), 0.1 s + 1 ns, 0.3 s and 0.5 s
     starts, t = [], 0
