@@ -211,24 +211,34 @@ from io where dir = 'read' and ret >= 0"""
 
 # A stream is (pid, fd, file_id). Packed into one BIGINT when the values fit
 # (pid < 2^22, the kernel's limit; fd < 2^20; file_id < 2^21), DuckDB's window
-# partitions on one key: a quarter less time than on three, on 10 M events.
+# partitions on one key, and carries neither pid nor file_id (they are taken
+# back from the key): 10 M events, 40% less time than on three keys.
 STREAM_KEYS = "pid, fd, file_id"
 STREAM_PACKED = "(pid::bigint << 41) | (fd::bigint << 21) | file_id::bigint"
+READ_STREAMS_PACKED_SQL = f"""
+create or replace temp table read_streams as
+select k & {(1 << 21) - 1} as file_id, (k >> 41)::integer as pid, off, nbytes, req_bytes,
+       dur_ns, cache_added,
+       lag(off + nbytes) over w as prev_end,
+       last_value(case when nbytes > 0 then off + nbytes end ignore nulls) over (
+           w rows between unbounded preceding and 1 preceding) as prev_moved_end
+from (select {STREAM_PACKED} as k, ts_ns, off, nbytes, req_bytes, dur_ns, cache_added
+      from io where dir = 'read' and ret >= 0)
+window w as (partition by k order by ts_ns)"""
 
 
-def stream_key(con) -> str:
-    """The window's partition: packed where the values fit (DuckDB; Spark
-    gets the three keys, as it writes shifts its own way)."""
+def streams_pack(con) -> bool:
+    """Whether the streams' keys fit in one BIGINT (DuckDB only: Spark gets
+    the three keys, as it writes shifts its own way)."""
     if hasattr(con, "spark"):
-        return STREAM_KEYS
+        return False
     lo_fd, hi_fd, lo_id, hi_id, lo_pid, hi_pid = con.execute(
         "select min(fd), max(fd), min(file_id), max(file_id), min(pid), max(pid) from io "
         "where dir = 'read' and ret >= 0").fetchone()
     if hi_fd is None:
-        return STREAM_KEYS
-    fits = (0 <= lo_fd and hi_fd < 1 << 20 and 0 <= lo_id and hi_id < 1 << 21
+        return False
+    return (0 <= lo_fd and hi_fd < 1 << 20 and 0 <= lo_id and hi_id < 1 << 21
             and 0 <= lo_pid and hi_pid < 1 << 22)
-    return STREAM_PACKED if fits else STREAM_KEYS
 
 
 def shared_table(ctx, name: str, sql: str) -> str:
@@ -242,6 +252,7 @@ def shared_table(ctx, name: str, sql: str) -> str:
 def read_streams(ctx) -> str:
     """The `read_streams` table (READ_STREAMS_SQL); its name."""
     if "read_streams" not in ctx.made:
-        ctx.con.execute(READ_STREAMS_SQL.format(stream=stream_key(ctx.con)))
+        ctx.con.execute(READ_STREAMS_PACKED_SQL if streams_pack(ctx.con)
+                        else READ_STREAMS_SQL.format(stream=STREAM_KEYS))
         ctx.made.add("read_streams")
     return "read_streams"

@@ -258,8 +258,11 @@ def test_random_access_seeks_edge(tmp_path, nseeks, whence, fires):
         assert e["non_sequential_reads"] == 0
 
 
-def test_random_access_rewinds_are_not_random(tmp_path):
+@pytest.mark.parametrize("packed", [True, False])
+def test_random_access_rewinds_are_not_random(tmp_path, monkeypatch, packed):
     """A 4-chunk file read from the start 10 times: 9 rewinds, nothing random."""
+    import iotrace.analyzers.views as views
+    monkeypatch.setattr(views, "streams_pack", lambda con: packed)
     offs = [c * MiB for _ in range(10) for c in range(4)]
     t = trace(tmp_path, reads(offs, MiB))
     assert findings(t, "random-access") == []
@@ -268,9 +271,13 @@ def test_random_access_rewinds_are_not_random(tmp_path):
     assert (e["reads"], e["rewinds"], e["non_sequential_reads"]) == (40, 9, 0)
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("key", ["fd", "pid"])
-def test_random_access_streams_are_per_process_and_fd(tmp_path, key):
-    """Two sequential readers of one file, interleaved: each stream is sequential."""
+def test_random_access_streams_are_per_process_and_fd(tmp_path, monkeypatch, key, packed):
+    """Two sequential readers of one file, interleaved: each stream is sequential
+    (the stream's key packed in one BIGINT, or three keys)."""
+    import iotrace.analyzers.views as views
+    monkeypatch.setattr(views, "streams_pack", lambda con: packed)
     a = reads([i * 64 * KiB for i in range(32)], 64 * KiB, step=20_000)
     b = reads([(32 + i) * 64 * KiB for i in range(32)], 64 * KiB, step=20_000, t0=10_000,
               **{key: 4 if key == "fd" else 101})
