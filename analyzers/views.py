@@ -250,7 +250,8 @@ def shared_table(ctx, name: str, sql: str) -> str:
 
 
 def read_streams(ctx) -> str:
-    """The `read_streams` table (READ_STREAMS_SQL); its name."""
+    """The `read_streams` table (READ_STREAMS_PACKED_SQL where the stream keys
+    fit in one BIGINT, else READ_STREAMS_SQL on three keys); its name."""
     if "read_streams" not in ctx.made:
         ctx.con.execute(READ_STREAMS_PACKED_SQL if streams_pack(ctx.con)
                         else READ_STREAMS_SQL.format(stream=STREAM_KEYS))
