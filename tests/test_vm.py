@@ -7,8 +7,10 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,37 @@ from conftest import ROOT
 
 KERNELS = sorted(glob.glob("/boot/vmlinuz-6.1*-amd64"))
 VNG = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
+# A guest's whole run (boot, set-up, tests) is cut at LIMIT_S; before that, a
+# guest whose pytest log (a line as each test starts and ends) has not grown
+# for STALL_S, or that has not started pytest BOOT_S after boot, has stopped:
+# waiting out LIMIT_S for it cost a run 22 minutes.
+LIMIT_S, STALL_S, BOOT_S = 1320, 360, 420
+
+
+def run_guest(cmd: list, env: dict, out: Path) -> str:
+    """Runs the guest to its end or until it stalls; says how it ended."""
+    log = out / "pytest.log"
+    with open(out / "console.log", "w") as console:
+        p = subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        start = seen = time.monotonic()
+        size = -1
+        while True:
+            try:
+                return f"exit {p.wait(timeout=5)}"
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            grown = log.stat().st_size if log.exists() else -1
+            if grown != size:
+                size, seen = grown, now
+            quiet = now - seen
+            if now - start > LIMIT_S or quiet > (STALL_S if size >= 0 else BOOT_S):
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                return (f"stopped after {now - start:.0f} s, " +
+                        (f"its pytest log still for {quiet:.0f} s" if size >= 0
+                         else "pytest not started"))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -36,17 +69,16 @@ def test_on_debian_6_1(part):
            "--verbose", f"--rwdir={ROOT}", "--exec",
            f"sh {ROOT}/tests/vm/run_in_vm.sh {ROOT} {out} {part}"]
     # The emulated guest has stopped now and then (in different tests, under
-    # software emulation): a guest that does not finish gets one more boot;
-    # its first logs, the console's included, stay in build/vm-out-PART.1.
+    # software emulation): a guest that does not finish, or whose pytest log
+    # stands still too long, gets one more boot; its first logs, the
+    # console's included, stay in build/vm-out-PART.1.
     for attempt in (1, 2):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        with open(out / "console.log", "w") as console:
-            res = subprocess.run(["timeout", "1320", *cmd], env=env, stdout=console,
-                                 stderr=subprocess.STDOUT)
+        why = run_guest(cmd, env, out)
         if (out / "rc").exists() or attempt == 2:
             break
-        print(f"the VM did not finish (exit {res.returncode}); booting it again")
+        print(f"the VM did not finish ({why}); booting it again")
         first = out.with_name(out.name + ".1")
         shutil.rmtree(first, ignore_errors=True)
         out.rename(first)
@@ -54,6 +86,6 @@ def test_on_debian_6_1(part):
     setup = (out / "setup.log").read_text() if (out / "setup.log").exists() else ""
     print(setup, log, sep="\n")
     tail = (out / "console.log").read_text(errors="replace")[-3000:]
-    assert (out / "rc").exists(), f"the VM did not finish (exit {res.returncode}): {tail}"
+    assert (out / "rc").exists(), f"the VM did not finish ({why}): {tail}"
     assert (out / "rc").read_text().strip() == "0", log[-4000:]
     assert "passed" in log and "skipped" not in log.splitlines()[-1]

@@ -90,6 +90,6 @@ fi
 export IOTRACE_HOOKS=tracepoint
 # The in-VM limit stays under the host's (tests/test_vm.py) so that a stuck
 # test still leaves its name and the others' results in pytest.log.
-IOTRACE_VM_NFS=$W timeout 1200 .venv/bin/python -m pytest -v --durations=15 -p no:cacheprovider \
+IOTRACE_VM_NFS=$W timeout 1200 .venv/bin/python -u -m pytest -v --durations=15 -p no:cacheprovider \
     -o addopts="" "$@" > "$OUT/pytest.log" 2>&1
 echo $? > "$OUT/rc"
