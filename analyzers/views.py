@@ -167,7 +167,7 @@ def _shared_views(con) -> None:
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e."offset" as off,
                e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
                0::bigint as cache_added, f.path, f.fs_type,
-               case when e.op in {sql_list(ASYNC_READ_OPS)} then 'read' else 'write' end as dir,
+               {_dir_sql(con, ASYNC_READ_OPS)} as dir,
                case when e.op like 'io_uring_%' then 'io_uring' else 'libaio' end as iface
         from events e join files f using (file_id)
         where e.op in {sql_list(ASYNC_READ_OPS + ASYNC_WRITE_OPS)} and e.file_id >= 0""")
