@@ -30,6 +30,8 @@ some network filesystems, a round trip each).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .base import Context, Finding, Rule
 from .rates import human_bytes
 from .views import read_streams
@@ -52,9 +54,7 @@ select k.file_id, any_value(f.path) as path, count(*) as reads,
        count(*) filter (where nonseq) as nonseq_reads,
        count(*) filter (where rewind) as rewinds,
        coalesce(any_value(sk.seeks), 0) as seeks, sum(nbytes) as bytes,
-       sum(dur_ns) as dur_ns,
-       quantile_disc(jump, 0.5) filter (where nonseq) as jump,
-       quantile_disc(req_bytes, 0.5) as median_req
+       sum(dur_ns) as dur_ns
 from {READS} k join files f using (file_id) left join sk using (file_id)
 group by k.file_id"""
 
@@ -75,6 +75,20 @@ RANDOM_ADVICE = ("Shuffle at the sample or file level, not inside files: read ea
 SEEK_ADVICE = ("Drop the lseek before each read: the reads are already sequential, so just "
                "read on (or pread at an explicit offset); on network filesystems each seek "
                "can cost a round trip. Read in larger chunks to need fewer calls of either.")
+
+
+def median_of_counts(counts: list[tuple[int, int]]) -> Optional[int]:
+    """quantile_disc(x, 0.5) of values given as sorted (value, count) pairs:
+    the value at 0-based rank floor((n - 1) / 2)."""
+    n = sum(c for _, c in counts)
+    if n == 0:
+        return None
+    rank = (n - 1) // 2
+    for value, c in counts:
+        if rank < c:
+            return value
+        rank -= c
+    raise AssertionError("unreachable")
 
 
 def params(th: dict) -> tuple:
@@ -98,8 +112,8 @@ def run(ctx: Context) -> list[Finding]:
 
 def findings(ctx: Context, th: dict) -> list[Finding]:
     files = ctx.rows(f"""with {FLAGGED}
-        select file_id, path, reads, nonseq_reads, rewinds, seeks, bytes, dur_ns, jump,
-               median_req, share, seeks_per_read, random
+        select file_id, path, reads, nonseq_reads, rewinds, seeks, bytes, dur_ns,
+               share, seeks_per_read, random
         from flagged order by bytes desc, file_id""", *params(th))
     if not files:
         return []
@@ -108,19 +122,30 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
     share = nbytes / total_read if total_read else 0.0
     if share < th["min_bytes_share"]:
         return []
-    (reads, nonseq, rewinds, jump, median_req, dur_ns, rand_bytes,
-     rand_median_req) = ctx.one(f"""with {FLAGGED}
-        select count(*), count(*) filter (where k.nonseq), count(*) filter (where k.rewind),
-               quantile_disc(k.jump, 0.5) filter (where k.nonseq),
-               quantile_disc(k.req_bytes, 0.5), sum(k.dur_ns),
-               coalesce(sum(k.nbytes) filter (where fl.random), 0),
-               quantile_disc(k.req_bytes, 0.5) filter (where fl.random)
-        from {READS} k join flagged fl using (file_id)""", *params(th))
+    # The counts add up over the files. The medians are over the reads: the
+    # request sizes' from their counts (few distinct sizes), the jumps' once
+    # for all flagged files and per file only for the files listed.
+    reads, nonseq, rewinds, dur_ns = (sum(f[i] for f in files) for i in (2, 3, 4, 7))
+    rand_bytes = sum(f[6] for f in files if f[10])
+    sizes = ctx.rows(f"""with {FLAGGED}
+        select k.req_bytes, fl.random, count(*) from {READS} k join flagged fl using (file_id)
+        group by all order by 1""", *params(th))
+    median_req = median_of_counts([(r, n) for r, _, n in sizes])
+    rand_median_req = median_of_counts([(r, n) for r, rnd, n in sizes if rnd])
+    shown = files[:10]
+    ids = ",".join(str(int(f[0])) for f in shown)
+    jumps = dict(ctx.rows(f"""with {FLAGGED}
+        select -1, quantile_disc(k.jump, 0.5) from {READS} k join flagged fl using (file_id)
+        where k.nonseq
+        union all
+        select file_id, quantile_disc(jump, 0.5) from {READS}
+        where nonseq and file_id in ({ids}) group by file_id""", *params(th)))
+    jump = jumps.get(-1)
     seeks = sum(f[5] for f in files)
     random_share = rand_bytes / total_read
     high = (random_share >= th["high_bytes_share"] and rand_median_req is not None
             and rand_median_req <= th["high_max_median_request_bytes"])
-    any_random = any(f[12] for f in files)
+    any_random = any(f[10] for f in files)
     top = files[0]
     procs = ctx.rows(f"""with {FLAGGED}
         select k.pid, any_value(p.cmdline), count(*), count(*) filter (where k.nonseq)
@@ -171,9 +196,9 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
             "random_read_bytes_share": random_share,
             "read_time_s": dur_ns / 1e9,
         },
-        files=[{"path": f[1], "reads": int(f[2]), "non_sequential_share": f[10],
-                "seeks_per_read": f[11], "median_jump_bytes": f[8],
-                "share": f[6] / total_read} for f in files[:10]],
+        files=[{"path": f[1], "reads": int(f[2]), "non_sequential_share": f[8],
+                "seeks_per_read": f[9], "median_jump_bytes": jumps.get(f[0]),
+                "share": f[6] / total_read} for f in shown],
         processes=[{"pid": pid, "cmdline": cmd, "reads": int(n), "non_sequential_reads": int(ns)}
                    for pid, cmd, n, ns in procs],
         examples=examples)]
