@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from .base import Context, Finding, Rule
 from .rates import human_bytes
-from .views import META_OPS, READ_OPS, WRITE_OPS, pseudo_fs_sql, sql_list
+from .views import META_OPS, pseudo_fs_sql, sql_list
 
 MiB = 1 << 20
 OPENS = ("open", "openat", "openat2", "creat")
@@ -148,15 +148,14 @@ from (select {KIND} as kind, * from
        from metadata_storm_events group by all))
 where kind is not null group by all"""
 
-# Read and write calls on regular files per file and thread: time, bytes read,
-# and the highest byte offset reached (the file's size as seen).
+# Read and write calls on regular files (`io`) per file and thread: time, bytes
+# read, and the highest byte offset reached (the file's size as seen).
 DATA_SQL = f"""
 create or replace temp table metadata_storm_data as
 select file_id, tid, sum(dur_ns) as ns,
-       coalesce(sum(ret) filter (where op in {sql_list(READ_OPS)} and ret > 0), 0) as read_bytes,
-       max("offset" + ret) filter (where ret > 0) as size_bytes
-from events where op in {sql_list(READ_OPS + WRITE_OPS)} and file_id >= 0
-group by file_id, tid"""
+       coalesce(sum(ret) filter (where dir = 'read' and ret > 0), 0) as read_bytes,
+       max(off + ret) filter (where ret > 0) as size_bytes
+from io group by file_id, tid"""
 
 # Regular files opened (successful opens), the directory they were opened from,
 # their size as seen, and how many files were opened from that directory.
