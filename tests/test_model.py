@@ -104,3 +104,28 @@ def test_convert_assigns_file_ids_kinds_and_sorts():
     assert t["path"] == ["/data/a.bin", None, None, None]
     assert m.files[(7, 42)].path == "/data/a.bin"
     assert m.files[(7, 43)].path is None   # an fd we never saw opened
+
+
+def test_fd_reused_unseen_gives_no_wrong_path():
+    """A file read through an fd whose table entry was made for another file
+    (the fd was closed and reused where the trace did not see it) gets no
+    path, rather than the other file's; counted. Entries from an open and from
+    the attach-time /proc snapshot both carry the file's (dev, ino)."""
+    from iotrace.model import FdEntry
+    m = model_with_root()
+    m.procs[10].fds[4] = FdEntry("/data/snap.bin", ident=(7, 50))   # as procfs makes it
+    recs = np.array([
+        ev("openat", ts=1, dirfd=AT_FDCWD, ret=3, fd=3, dev=7, ino=42, imode=S_IFREG),
+        # fd 3 holds ino 42 by its open; ino 44 was put there unseen
+        ev("pread64", ts=2, fd=3, ret=1, dev=7, ino=44, imode=S_IFREG),
+        ev("pread64", ts=3, fd=4, ret=1, dev=7, ino=50, imode=S_IFREG),   # the snapshot's file
+        ev("pread64", ts=4, fd=4, ret=1, dev=7, ino=51, imode=S_IFREG),   # not it
+        ev("dup2", ts=5, fd=3, arg=9, ret=9),
+        ev("pread64", ts=6, fd=9, ret=1, dev=7, ino=42, imode=S_IFREG),   # the dup's
+    ], dtype=EVENT_DTYPE)
+    t = convert(recs, {0: b"/data/a.bin\0"}, m).to_pydict()
+    paths = {k: f.path for k, f in m.files.items()}
+    assert paths == {(7, 42): "/data/a.bin", (7, 44): None, (7, 50): "/data/snap.bin",
+                     (7, 51): None}
+    assert t["file_id"][-1] == m.files[(7, 42)].file_id
+    assert m.counters["fd_identity_mismatches"] == 2

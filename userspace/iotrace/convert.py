@@ -157,7 +157,7 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
                 else:
                     fid = cache[key] = model.file_id(
                         key[0], key[1], int(row["imode"]), int(row["fs_magic"]),
-                        model.fd_path(int(row["pid"]), int(row["fd"])))
+                        model.fd_path(int(row["pid"]), int(row["fd"]), key))
             run_ids[j] = fid
         file_id[sel] = np.repeat(run_ids, np.diff(np.append(heads, len(sel))))
         lost = (file_id[sel] < 0) & np.isin(recs["op"][sel], list(STORAGE_OPS))

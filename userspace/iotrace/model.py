@@ -29,6 +29,10 @@ CLOSE_RANGE_CLOEXEC = 4
 class FdEntry:
     path: Optional[str]
     cloexec: bool = False
+    # (dev, ino) of the file the fd held when the entry was made (its open,
+    # or /proc at attach), where known: a read on the fd with another
+    # identity means the fd changed hands unseen, and takes no path from it
+    ident: Optional[tuple[int, int]] = None
 
 
 @dataclass
@@ -99,6 +103,9 @@ class Model:
         self.counters = {
             "unresolved_paths": 0,     # relative path with unknown cwd/dirfd
             "unknown_processes": 0,    # events of a pid never announced
+            # calls on an fd whose table entry was made for another file
+            # (fd_path): their file is left without a path, not given a wrong one
+            "fd_identity_mismatches": 0,
             # page faults and block requests on files the job never opened
             # (the executable and loader the kernel maps at exec)
             "storage_rows_without_file": 0,
@@ -213,7 +220,7 @@ class Model:
             c = self.add_process(child, pid, ts, cmdline=parent.cmdline,
                                  comm=s1 or parent.comm, cwd=parent.cwd,
                                  rank=parent.rank, local_rank=parent.local_rank)
-            c.fds = {fd: FdEntry(x.path, x.cloexec) for fd, x in parent.fds.items()}
+            c.fds = {fd: FdEntry(x.path, x.cloexec, x.ident) for fd, x in parent.fds.items()}
             c.maps = dict(parent.maps)
             self.threads[child].name = c.comm
             return None, None, -2
@@ -264,7 +271,8 @@ class Model:
             path = self.resolve(p, dirfd, s1 or "")
             fid = -2
             if ret >= 0:
-                p.fds[ret] = FdEntry(path, bool(flags & O_CLOEXEC))
+                p.fds[ret] = FdEntry(path, bool(flags & O_CLOEXEC),
+                                     (int(e["dev"]), int(e["ino"])) if int(e["ino"]) else None)
                 fid = self.file_id(int(e["dev"]), int(e["ino"]), int(e["imode"]),
                                    int(e["fs_magic"]), path)
             return path, None, fid
@@ -286,7 +294,8 @@ class Model:
                 src = p.fds.get(fd)
                 cloexec = (op == OP["dup3"] and bool(flags & O_CLOEXEC)) or \
                           (op == OP["fcntl"] and flags == 1030)
-                p.fds[ret] = FdEntry(src.path if src else None, cloexec)
+                p.fds[ret] = FdEntry(src.path if src else None, cloexec,
+                                     src.ident if src else None)
             return None, None, -2
         if op == OP["chdir"]:
             path = self.resolve(p, AT_FDCWD, s1 or "")
@@ -326,7 +335,18 @@ class Model:
 
     # ---- attach-time snapshot ---------------------------------------------
 
-    def fd_path(self, pid: int, fd: int) -> Optional[str]:
+    def fd_path(self, pid: int, fd: int, ident: Optional[tuple[int, int]] = None
+                ) -> Optional[str]:
+        """The path the fd table holds for (pid, fd); with `ident`, the (dev,
+        ino) a call on the fd saw, None where the table's entry was made for
+        another file (the fd was closed and reused where the trace did not
+        see it: before the process was traced, or within the segment being
+        converted, whose fd table is the segment's last), counted."""
         p = self.procs.get(pid)
         e = p.fds.get(fd) if p else None
-        return e.path if e else None
+        if e is None:
+            return None
+        if ident is not None and e.ident is not None and e.ident != ident:
+            self.counters["fd_identity_mismatches"] += 1
+            return None
+        return e.path

@@ -128,7 +128,7 @@ def snapshot_process(model: Model, pid: int, ts: int) -> None:
             continue
         # Not a path for pipes, sockets, anon inodes: "pipe:[123]" names them.
         path = target[: -len(" (deleted)")] if target.endswith(" (deleted)") else target
-        p.fds[fd] = FdEntry(path)
+        p.fds[fd] = FdEntry(path, ident=(kernel_dev(st.st_dev), st.st_ino))
         if path.startswith("/"):
             model.file_id(kernel_dev(st.st_dev), st.st_ino, st.st_mode, 0, path)
 
