@@ -196,6 +196,22 @@ def nearest_rank_median(xs):
     return sorted(xs)[math.ceil(len(xs) * 0.5) - 1]
 
 
+def test_median_of_counts_is_quantile_disc():
+    """random-access takes its request-size medians from (size, count) pairs:
+    the same value as DuckDB's quantile_disc(x, 0.5) over the values."""
+    import collections
+    import duckdb
+    from iotrace.analyzers.random_access import median_of_counts
+    rng = random.Random(7)
+    assert median_of_counts([]) is None
+    for _ in range(200):
+        xs = [rng.choice([512, 4096, 65536, 1 << 20]) for _ in range(rng.randint(1, 40))]
+        (want,) = duckdb.execute("select quantile_disc(x, 0.5) from unnest(?) t(x)",
+                                 [xs]).fetchall()[0]
+        assert median_of_counts(sorted(collections.Counter(xs).items())) == want, xs
+        assert want == nearest_rank_median(xs)
+
+
 def test_random_access_shuffled_4k(tmp_path):
     offs = [b * 4 * KiB for b in random.Random(1).sample(range(1, 4096), 200)]
     jumps = expected_nonseq(offs, 4 * KiB)
