@@ -8,7 +8,8 @@
  *   the job's (its file from the first page's mapping; for O_DIRECT, whose
  *   pages are the job's own memory, the file of the call in flight); a kernel
  *   thread's bio of a file the job read or wrote is the job's (writeback, and
- *   bios an I/O throttle held back and dispatches from a worker).
+ *   bios an I/O throttle held back and dispatches from a worker, O_DIRECT
+ *   ones included: their file is the direct I/O's).
  * - block_split: the front part of a split bio, likewise.
  * - block_rq_issue: the request's head bio names its owner; the request is
  *   kept until block_rq_complete writes the record.
@@ -135,15 +136,23 @@ static __always_inline int remember_bio(struct bio *bio)
 			o.imode = S_IFREG_;
 		}
 	} else {
-		struct file_key k = { .ino = o.ino, .dev = o.dev };
+		struct file_key k = {};
 		struct task_struct *cur = bpf_get_current_task_btf();
 		bool write = (BPF_CORE_READ(bio, bi_opf) & 0xff) == 1;   /* REQ_OP_WRITE */
 		__u64 *job;
 
 		/* only kernel threads: another process's reads of the job's files
 		 * are that process's; and writeback only of files the job wrote */
-		if (!o.ino || !(cur->flags & PF_KTHREAD_))
+		if (!(cur->flags & PF_KTHREAD_))
 			return 0;
+		/* an O_DIRECT bio (the job's own pages) that an I/O throttle held
+		 * back and a worker dispatches: the file is the direct I/O's */
+		if (!cached && page && !o.ino)
+			dio_file(bio, &o);
+		if (!o.ino)
+			return 0;
+		k.ino = o.ino;
+		k.dev = o.dev;
 		job = bpf_map_lookup_elem(&job_files, &k);
 		if (!job || !(*job & (write ? IOT_JOB_WROTE : IOT_JOB_READ)))
 			return 0;
@@ -169,6 +178,20 @@ int BPF_PROG(iot_bio_queue, struct bio *bio)
 SEC("tp_btf/block_split")
 int BPF_PROG(iot_bio_split, struct bio *split, unsigned int new_sector)
 {
+	/* The front part is chained to the rest (bi_private), whose owner was
+	 * worked out when it was queued: a throttled O_DIRECT bio split in a
+	 * worker has neither a page-cache page nor its direct I/O's end_io
+	 * to name its file. (bi_private of an unchained bio is not a bio.) */
+	__u64 parent = (__u64)BPF_CORE_READ(split, bi_private), key = (__u64)split;
+	struct owner *o = parent ? bpf_map_lookup_elem(&bios, &parent) : NULL;
+
+	if (o) {
+		struct owner copy = *o;
+
+		copy.queued_ts = bpf_ktime_get_ns();
+		bpf_map_update_elem(&bios, &key, &copy, BPF_ANY);
+		return 0;
+	}
 	return remember_bio(split);
 }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import iotrace_cmd, needs_root, rows, scalar, trace_run
+from conftest import evict, iotrace_cmd, needs_root, rows, scalar, trace_run
 
 pytestmark = [needs_root(),
               pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")]
@@ -164,7 +164,7 @@ def test_io_uring_cold_buffered_reads_come_from_storage(tmp_path, blockdir):
             f.write(os.urandom(MIB))
     size = data.stat().st_size
     subprocess.run(["sync"], check=True)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    evict(data)
     trace, job = fio(tmp_path, data, "--ioengine=io_uring", "--iodepth=4", "--rw=read",
                      "--bs=128k")
     assert job["read"]["io_bytes"] == size
