@@ -21,9 +21,10 @@ KERNELS = sorted(glob.glob("/boot/vmlinuz-6.1*-amd64"))
 VNG = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
 # A guest's whole run (boot, set-up, tests) is cut at LIMIT_S; before that, a
 # guest whose pytest log (a line as each test starts and ends) has not grown
-# for STALL_S, or that has not started pytest BOOT_S after boot, has stopped:
+# for STALL_S (about three times its longest step, 84 s), or that has not
+# started pytest BOOT_S after boot, has stopped:
 # waiting out LIMIT_S for it cost a run 22 minutes.
-LIMIT_S, STALL_S, BOOT_S = 1320, 360, 420
+LIMIT_S, STALL_S, BOOT_S = 1320, 240, 420
 
 
 def run_guest(cmd: list, env: dict, out: Path) -> str:
