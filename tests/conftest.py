@@ -97,11 +97,15 @@ def scalar(trace, query: str, *params):
 
 def evict(path: Path) -> None:
     """Drops `path`'s pages (a file, or every file under a directory) from the
-    page cache; they must be clean (sync first) and not mapped."""
+    page cache, each file written back first (pages must be clean to drop, and
+    not mapped): read cold from the device next. Only the test's data: the
+    page cache of the tools (Python, torch, fio, iotrace) stays, as on a
+    machine whose software is on another disk."""
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     for f in files:
         fd = os.open(f, os.O_RDONLY)
         try:
+            os.fsync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
@@ -135,7 +139,6 @@ def cold_throttled_reads(path: Path, bps: int = 0, iops: int = 0):
             (cg / limit_file).write_text(limit)
         except OSError as e:
             pytest.skip(f"cannot throttle {dev}: {e}")
-        subprocess.run(["sync"], check=True)
         evict(path)
         yield ("sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh")
     finally:

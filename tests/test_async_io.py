@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -163,7 +162,6 @@ def test_io_uring_cold_buffered_reads_come_from_storage(tmp_path, blockdir):
         for _ in range(FILE_MB):
             f.write(os.urandom(MIB))
     size = data.stat().st_size
-    subprocess.run(["sync"], check=True)
     evict(data)
     trace, job = fio(tmp_path, data, "--ioengine=io_uring", "--iodepth=4", "--rw=read",
                      "--bs=128k")

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from conftest import cold_throttled_reads, needs_root, rows, trace_run
-from test_storage import MIB, drop_caches, findings_of, random_file
+from conftest import cold_throttled_reads, evict, needs_root, rows, trace_run
+from test_storage import MIB, findings_of, random_file
 
 pytestmark = [needs_root(),
               pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")]
@@ -30,7 +30,7 @@ def fio_traced(out, data, *args, prefix=()):
 
 def test_sequential_reads_without_readahead(tmp_path, blockdir):
     data = random_file(blockdir / "seq.bin", 32)
-    drop_caches(data)
+    evict(data)
     fio, _ = fio_traced(tmp_path / "off", data, "--rw=read", "--fadvise_hint=random")
     f = findings_of(tmp_path / "off").get("readahead-missing")
     assert f, "no readahead-missing finding for in-order reads with POSIX_FADV_RANDOM"
@@ -41,7 +41,7 @@ def test_sequential_reads_without_readahead(tmp_path, blockdir):
     assert entry["bytes_per_miss"] == 4096
     assert entry["sequential_share"] >= 0.99
     # the same reads with readahead (fio's default advice: sequential)
-    drop_caches(data)
+    evict(data)
     fio_traced(tmp_path / "on", data, "--rw=read", "--fadvise_hint=1")
     assert "readahead-missing" not in findings_of(tmp_path / "on")
 
@@ -60,7 +60,7 @@ def test_read_around_wasted_on_sparse_random_touches(tmp_path, blockdir):
     touched; with MADV_RANDOM each fault brings its own page."""
     data = random_file(blockdir / "sparse.bin", 128)
     args = ("--ioengine=mmap", "--rw=randread", "--size=128M", "--io_size=1M")
-    drop_caches(data)
+    evict(data)
     fio, trace = fio_traced(tmp_path / "around", data, *args, "--fadvise_hint=0")
     _, majors, brought = fault_totals(trace, data)
     f = findings_of(tmp_path / "around").get("readahead-wasted")
@@ -71,7 +71,7 @@ def test_read_around_wasted_on_sparse_random_touches(tmp_path, blockdir):
     assert 16 * MIB <= ev["wasted_bytes_at_least"] <= ev["brought_bytes"] - fio["io_bytes"]
     assert f["files"][0]["path"] == str(data)
 
-    drop_caches(data)
+    evict(data)
     fio, trace = fio_traced(tmp_path / "random", data, *args, "--fadvise_hint=1")
     faults, majors, brought = fault_totals(trace, data)
     assert majors == faults == fio["total_ios"] and brought == fio["io_bytes"]
@@ -94,7 +94,7 @@ def test_random_faults_on_slow_storage(tmp_path, blockdir):
     # 1024 requests at 1000/s: about a second stalled
     assert 0.8 <= f["evidence"]["stall_s"] <= 2.5, f["evidence"]
     # the same mapping read in order: faults follow each other, no finding
-    drop_caches(data)
+    evict(data)
     fio_traced(tmp_path / "seq", data, "--ioengine=mmap", "--rw=read", "--size=32M")
     found = findings_of(tmp_path / "seq")
     assert "mmap-random-faults" not in found and "readahead-wasted" not in found
@@ -107,7 +107,7 @@ def test_numpy_memmap_random_rows_waste_read_around(tmp_path, blockdir):
     np = pytest.importorskip("numpy")
     path = blockdir / "rows.npy"
     np.save(path, np.arange(32768 * 512, dtype=np.int64).reshape(32768, 512))   # 128 MiB
-    drop_caches(path)
+    evict(path)
     script = (f"import numpy as np; a = np.load({str(path)!r}, mmap_mode='r'); "
               "idx = np.random.default_rng(1).choice(len(a), 500, replace=False); "
               "print(int(a[np.sort(idx)].sum()))")

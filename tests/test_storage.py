@@ -24,14 +24,6 @@ pytestmark = needs_root()
 MIB = 1 << 20
 
 
-def drop_caches(path: Path) -> None:
-    """`path` out of the page cache (written back first): read cold from the
-    device. Only the test's file: the page cache of the tools (Python, fio,
-    iotrace) stays, as on a machine whose software is on another disk."""
-    subprocess.run(["sync"], check=True)
-    evict(path)
-
-
 def random_file(path: Path, mib: int) -> Path:
     with open(path, "wb") as f:
         for _ in range(mib):
@@ -57,7 +49,7 @@ def test_cold_read_comes_from_storage_warm_from_memory(tmp_path, blockdir):
     the first at once)."""
     data = random_file(blockdir / "data.bin", 32)
     size = data.stat().st_size
-    drop_caches(data)
+    evict(data)
     dd = f"dd if={data} of=/dev/null bs=64k status=none"
     proc, trace = trace_run(tmp_path / "t", "sh", "-c", f"{dd}; {dd}")
     assert proc.returncode == 0, proc.stderr
@@ -106,7 +98,7 @@ def test_numpy_mmap_faults_bring_the_file_in(tmp_path, blockdir):
     path = blockdir / "array.npy"
     np.save(path, np.arange(4 * MIB, dtype=np.int64))   # 32 MiB
     size = path.stat().st_size
-    drop_caches(path)
+    evict(path)
     script = (f"import numpy as np; a = np.load({str(path)!r}, mmap_mode='r'); "
               f"print(int(a.sum()))")
     proc, trace = trace_run(tmp_path / "t", sys.executable, "-c", script)
@@ -128,7 +120,7 @@ def test_numpy_mmap_faults_bring_the_file_in(tmp_path, blockdir):
 def test_fio_mmap_engine_cold(tmp_path, blockdir):
     data = random_file(blockdir / "fio-mmap.bin", 32)
     size = data.stat().st_size
-    drop_caches(data)
+    evict(data)
     report = tmp_path / "fio.json"
     proc, _ = trace_run(tmp_path / "t", "fio", "--name=mm", f"--filename={data}",
                         "--ioengine=mmap", "--rw=read", "--bs=64k", f"--size={size}",
@@ -144,7 +136,7 @@ def test_fio_mmap_engine_cold(tmp_path, blockdir):
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 def test_direct_io_requests_match_fio(tmp_path, blockdir):
     data = random_file(blockdir / "fio-direct.bin", 16)
-    drop_caches(data)   # no dirty pages for O_DIRECT to flush first
+    evict(data)   # no dirty pages for O_DIRECT to flush first
     report = tmp_path / "fio.json"
     proc, trace = trace_run(tmp_path / "t", "fio", "--name=d", f"--filename={data}",
                             "--ioengine=psync", "--direct=1", "--rw=randread", "--bs=4k",
@@ -238,7 +230,7 @@ def test_no_device_finding_when_the_device_keeps_up(tmp_path, blockdir):
     """The same file read cold without a throttle: the device serves it in a
     fraction of a second, too short to call a limit (min_span_s)."""
     data = random_file(blockdir / "fast.bin", 24)
-    drop_caches(data)
+    evict(data)
     proc, _ = trace_run(tmp_path / "t", "dd", f"if={data}", "of=/dev/null", "bs=1M")
     assert proc.returncode == 0, proc.stderr
     assert "device-at-limit" not in findings_of(tmp_path / "t")
@@ -258,7 +250,7 @@ def test_page_cache_finding_on_a_warm_run_only(tmp_path, blockdir):
         assert proc.returncode == 0, proc.stderr
         return {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
 
-    drop_caches(data)
+    evict(data)
     proc, _ = trace_run(tmp_path / "cold", "sh", "-c", dd)
     assert proc.returncode == 0, proc.stderr
     assert "page-cache-hides-storage" not in findings(tmp_path / "cold")
