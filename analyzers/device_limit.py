@@ -11,7 +11,8 @@ Over the job's completed block read requests (`block_rq`) of each device,
 from the first to the last completion (the reading span):
   ceiling_bytes_per_s   read bytes / span (and ceiling_iops: requests / span)
   storage_wait_share    the share of the span during which a job thread was in
-                        a read that missed the page cache, in a major fault,
+                        a read that missed the page cache or bypassed it
+                        (O_DIRECT), in a major fault,
                         or had an io_uring/libaio read in flight: the job
                         asked for more than the storage gave
   mean request size     bytes / requests: under `iops_request_bytes` the
@@ -29,7 +30,7 @@ data waits in those reads (impact.py); warn without a training loop.
 """
 from __future__ import annotations
 
-from iotrace.abi import ASYNC_READ_OPS, READ_OPS, sql_list
+from iotrace.abi import ASYNC_READ_OPS, EF_DIRECT, READ_OPS, sql_list
 
 from iotrace.storage_io import REQ_OP_READ, device_name
 
@@ -37,9 +38,11 @@ from . import intervals as ivl
 from .base import Context, Finding, Rule
 from .rates import human_bytes, human_rate
 
-# The job's storage waits: reads that missed the cache, major faults, async
-# reads in flight (their intervals; a condition on events e).
-STORAGE_WAIT_CALLS = (f"((e.op in {sql_list(READ_OPS)} and e.arg > 0)"
+# The job's storage waits: reads that missed the cache or bypassed it
+# (O_DIRECT), major faults, async reads in flight (their intervals; a
+# condition on events e).
+STORAGE_WAIT_CALLS = (f"((e.op in {sql_list(READ_OPS)}"
+                      f" and (e.arg > 0 or e.eflags & {EF_DIRECT} != 0))"
                       f" or (e.op = 'page_fault' and e.ret > 0)"
                       f" or e.op in {sql_list(ASYNC_READ_OPS)})")
 

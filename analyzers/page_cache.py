@@ -11,7 +11,8 @@ Over reads of the job's data files (the `data_io` view: no code, libraries or
 system files) and user page faults on their mappings:
   read_bytes          bytes the reads moved, plus the bytes the faults touched
   from_storage_bytes  page-cache bytes those reads and faults added for their
-                      file (demand misses and readahead: docs/trace-format.md)
+                      file (demand misses and readahead: docs/trace-format.md),
+                      and the bytes of O_DIRECT reads (no page cache)
   hit_share           1 - from_storage_bytes / read_bytes (at least 0)
 Trigger:
   read_bytes >= min_read_bytes (64 MiB)  and  hit_share >= min_hit_share (0.8)
@@ -30,7 +31,9 @@ PROBE = "page cache additions"
 
 PER_FILE = f"""
     with r as (
-        select file_id, path, sum(nbytes) as rd, sum(cache_added) as miss
+        -- an O_DIRECT read's bytes all came from storage
+        select file_id, path, sum(nbytes) as rd,
+               sum(case when direct then nbytes else cache_added end) as miss
         from data_io where op in {sql_list(READ_OPS)} group by file_id, path),
     m as (
         select file_id, sum(greatest(brought, 4096)) as rd, sum(brought) as miss

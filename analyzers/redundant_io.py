@@ -38,13 +38,12 @@ Severity: warn when those files received at least warn_tiny_write_bytes
 (1 MiB) in total (a checkpoint or data file written piecemeal), else info (a
 log written line by line).
 
-Misaligned O_DIRECT. Read/write calls on an fd whose open had O_DIRECT
-(0o40000 on x86_64; the value for the trace's `arch` in meta.json) are
-misaligned when the offset or the requested size is not a multiple of
-direct_io_align_bytes (4096: the logical block size of 4Kn devices; 512-byte
-sector devices accept 512-aligned calls). The fd is tied to its open by an ASOF
-join on (pid, fd, time); fds opened before the trace or dup'ed are not seen.
-Severity: high when any misaligned call failed with EINVAL, else warn.
+Misaligned O_DIRECT. Read/write calls on a file open with O_DIRECT (the
+record's eflags DIRECT: the file's flags at the call, so fds opened before the
+trace, dup'ed, or switched with fcntl count too) are misaligned when the offset
+or the requested size is not a multiple of direct_io_align_bytes (4096: the
+logical block size of 4Kn devices; 512-byte sector devices accept 512-aligned
+calls). Severity: high when any misaligned call failed with EINVAL, else warn.
 """
 from __future__ import annotations
 
@@ -54,9 +53,6 @@ from .rates import human_bytes
 MiB = 1 << 20
 EINVAL = 22
 OPENS = "('open', 'openat', 'openat2', 'creat')"
-# O_DIRECT differs between architectures (asm-generic: 0o40000).
-O_DIRECT = {"x86_64": 0o40000, "i686": 0o40000, "aarch64": 0o200000, "arm64": 0o200000,
-            "armv7l": 0o200000, "ppc64le": 0o400000, "ppc64": 0o400000}
 
 
 def top_processes(ctx: Context, direction: str, file_ids) -> list[dict]:
@@ -269,38 +265,17 @@ def sync_examples(ctx: Context, top) -> list[dict]:
 
 
 def misaligned_direct(ctx: Context, th: dict) -> list[Finding]:
-    flag = O_DIRECT.get(ctx.meta.get("arch") or "x86_64", 0o40000)
     align = int(th["direct_io_align_bytes"])
-    if not ctx.one(f"""select count(*) from events where op in {OPENS} and ret >= 0
-                       and (flags & ?) <> 0""", flag)[0]:
-        return []
-    files = ctx.rows(f"""
-        with o as (select pid, ret as fd, ts_ns, flags from events
-                   where op in {OPENS} and ret >= 0),
-        dfd as (select distinct pid, fd from o where (flags & ?) <> 0),
-        -- each call takes the flags of its fd's latest open before it (an
-        -- as-of match, written as a window for every engine)
-        s as (select pid, fd, ts_ns, 0 as k, flags as oflags, null::bigint as off,
-                      null::bigint as req_bytes, null::bigint as ret, null::bigint as file_id,
-                      null::varchar as path
-              from o where (pid, fd) in (select pid, fd from dfd)
-              union all
-              select pid, fd, ts_ns, 1 as k, null::bigint, off, req_bytes, ret, file_id, path
-              from io where (pid, fd) in (select pid, fd from dfd)),
-        d as (select * from (
-                  select *, last_value(oflags ignore nulls) over (
-                      partition by pid, fd order by ts_ns, k rows unbounded preceding)
-                      as open_flags from s)
-              where k = 1 and (open_flags & ?) <> 0),
-        m as (select *, off % ? <> 0 or req_bytes % ? <> 0 as bad from d)
+    files = ctx.rows("""
+        with m as (select *, off % ? <> 0 or req_bytes % ? <> 0 as bad from io where direct)
         select file_id, any_value(path), count(*) as calls,
                count(*) filter (where bad) as misaligned,
-               count(*) filter (where bad and ret = -{EINVAL}) as einval,
+               count(*) filter (where bad and ret = -?) as einval,
                count(*) filter (where bad and off % ? <> 0) as bad_offset,
                count(*) filter (where bad and req_bytes % ? <> 0) as bad_size,
                min(ts_ns) filter (where bad) as first_bad
         from m group by file_id having count(*) filter (where bad) > 0
-        order by misaligned desc, file_id""", flag, flag, align, align, align, align)
+        order by misaligned desc, file_id""", align, align, EINVAL, align, align)
     if not files:
         return []
     calls, bad, einval = (sum(f[i] for f in files) for i in (2, 3, 4))

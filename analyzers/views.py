@@ -5,7 +5,7 @@ import os
 import tempfile
 from typing import Optional
 
-from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, READ_OPS, WRITE_OPS,  # noqa: F401
+from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, EF_DIRECT, READ_OPS, WRITE_OPS,  # noqa: F401
                          sql_list)
 
 META_OPS = ("open", "openat", "openat2", "creat", "close", "stat", "lstat", "fstat",
@@ -147,7 +147,8 @@ def _shared_views(con) -> None:
                e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
                e.arg as cache_added,
                f.path, f.fs_type,
-               {_dir_sql(con, READ_OPS)} as dir
+               {_dir_sql(con, READ_OPS)} as dir,
+               e.eflags & {EF_DIRECT} <> 0 as direct
         from events e join files f using (file_id)
         where e.op in {sql_list(READ_OPS + WRITE_OPS)} and e.file_id >= 0""")
     con.execute(f"""
@@ -168,6 +169,7 @@ def _shared_views(con) -> None:
                e.req_bytes, e.ret, greatest(e.ret, 0) as nbytes, e.file_id,
                0::bigint as cache_added, f.path, f.fs_type,
                {_dir_sql(con, ASYNC_READ_OPS)} as dir,
+               e.eflags & {EF_DIRECT} <> 0 as direct,
                case when e.op like 'io_uring_%' then 'io_uring' else 'libaio' end as iface
         from events e join files f using (file_id)
         where e.op in {sql_list(ASYNC_READ_OPS + ASYNC_WRITE_OPS)} and e.file_id >= 0""")

@@ -165,6 +165,9 @@ static __always_inline void file_identity(struct file *f, struct iot_event *e)
 
 	if (!f)
 		return;
+	/* read each time, not cached: fcntl(F_SETFL) can turn it on or off */
+	if (BPF_CORE_READ(f, f_flags) & IOT_O_DIRECT)
+		e->eflags |= IOT_EF_DIRECT;
 	inode = BPF_CORE_READ(f, f_inode);
 	if (!inode)
 		return;
@@ -412,6 +415,7 @@ static long submit_one(__u32 i, void *data)
 	else if (p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE)
 		p.len = cb.aio_nbytes;
 	file_identity(fd_to_file(c->task, p.fd), &id);
+	p.eflags |= id.eflags & IOT_EF_DIRECT;
 	p.ino = id.ino;
 	p.dev = id.dev;
 	p.magic = id.fs_magic;

@@ -246,21 +246,27 @@ static __noinline void fd_identity(struct task_struct *task, int fd,
 	struct inode *inode;
 	struct super_block *sb;
 	__u64 buf[SPAN / 8];
+	__u32 f_flags;
 
 	if (!f) {
 		st->eflags |= IOT_EF_NO_FILE;
 		return;
 	}
-	if (FITS(struct file, f_inode) && FITS(struct file, f_pos)) {
+	if (FITS(struct file, f_inode) && FITS(struct file, f_pos) && FITS(struct file, f_flags)) {
 		bpf_probe_read_kernel(buf, SPAN, f);
 		inode = AT(buf, struct file, f_inode, struct inode *);
+		f_flags = AT(buf, struct file, f_flags, __u32);
 		if (want_pos)
 			st->pos = AT(buf, struct file, f_pos, __s64);
 	} else {
 		inode = BPF_CORE_READ(f, f_inode);
+		f_flags = BPF_CORE_READ(f, f_flags);
 		if (want_pos)
 			st->pos = BPF_CORE_READ(f, f_pos);
 	}
+	/* read, not cached with the identity: fcntl(F_SETFL) can turn it on or off */
+	if (f_flags & IOT_O_DIRECT)
+		st->eflags |= IOT_EF_DIRECT;
 	if (!inode)
 		return;
 	if (FITS(struct inode, i_mode) && FITS(struct inode, i_sb) && FITS(struct inode, i_ino)) {
@@ -367,6 +373,37 @@ static __always_inline __u64 timespec_ns(__u64 uts)
 /* A system call's entry: op is 0 for a call iotrace does not record (the
  * syscall tracepoint sees them all) or the call's op (an fentry program's
  * constant, which lets the compiler keep only that op's code). */
+/*
+ * A file the job reads or writes: what kernel threads submit for it is the
+ * job's (writeback; bios an I/O throttle held back, dispatched from a worker
+ * while the read that needs them is still in flight: reads are marked at
+ * entry). The thread remembers what it marked last, so a run of calls on one
+ * file looks the map up once; the entry keeps the process that marked it.
+ */
+static __always_inline void mark_job_file(struct inflight *st, __u32 tgid, __u64 how)
+{
+	__u64 v = tgid | how;
+	__u32 bits = how >> 32;
+	struct file_key k;
+	__u64 *known;
+
+	if ((st->imode & S_IFMT_) != S_IFREG_ || !st->ino)
+		return;
+	if (st->jf_ino == st->ino && st->jf_dev == st->dev && (st->jf_bits & bits) == bits)
+		return;
+	k.ino = st->ino;
+	k.dev = st->dev;
+	k.pad = 0;
+	known = bpf_map_lookup_elem(&job_files, &k);
+	if (known && (__u32)*known == (__u32)v)
+		v |= *known;
+	if (!known || *known != v)
+		bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
+	st->jf_bits = st->jf_ino == st->ino && st->jf_dev == st->dev ? st->jf_bits | bits : bits;
+	st->jf_ino = st->ino;
+	st->jf_dev = st->dev;
+}
+
 static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 {
 	struct task_struct *task;
@@ -485,6 +522,8 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 			fd_identity(task, st->pos, st, false);
 		break;
 	}
+	if (op <= IOT_PREADV2)
+		mark_job_file(st, tgid, IOT_JOB_READ);
 	st->ts = bpf_ktime_get_ns();
 	return 0;
 }
@@ -942,6 +981,11 @@ static __always_inline bool is_open_op(__u16 op)
 	return op == IOT_OPEN || op == IOT_OPENAT || op == IOT_OPENAT2 || op == IOT_CREAT;
 }
 
+static __always_inline bool is_read_op(__u16 op)
+{
+	return op >= IOT_READ && op <= IOT_PREADV2;
+}
+
 /*
  * Profile mode: the call is added to the aggregate tables (profile.h). Its
  * record is still written when the trace needs it to name files: an open of
@@ -969,8 +1013,10 @@ static __always_inline void on_exit_profile(struct task_struct *task, struct inf
 			name = prof_name_needed(t->ino, t->dev, t->imode);
 		}
 	}
+	/* an O_DIRECT read's bytes all came from storage, none through the cache */
 	profile_add(pid_tgid >> 32, op, e.ino, e.dev, e.fs_magic, e.imode, e.req_bytes, ret,
-		    bytes, now - st->ts, st->cache_added, now);
+		    bytes, now - st->ts,
+		    (st->eflags & IOT_EF_DIRECT) && is_read_op(op) ? bytes : st->cache_added, now);
 	switch (op) {
 	case IOT_CHDIR: case IOT_FCHDIR: case IOT_DUP: case IOT_DUP2: case IOT_DUP3:
 	case IOT_FCNTL: case IOT_RENAME: case IOT_RENAMEAT: case IOT_RENAMEAT2:
@@ -1002,27 +1048,9 @@ static __always_inline int on_exit_op(__u16 op, long ret)
 	pid_tgid = bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
 
-	/* a file the job read or wrote: what kernel threads submit for it
-	 * (writeback, bios a throttle held back) is the job's */
-	if (op <= IOT_PWRITEV2 && ret > 0 && (st->imode & S_IFMT_) == S_IFREG_ && st->ino) {
-		__u64 v = (pid_tgid >> 32) | (op >= IOT_WRITE ? IOT_JOB_WROTE : IOT_JOB_READ);
-		__u32 bits = v >> 32;
-
-		/* the thread marked this file so already: no map lookup (the
-		 * entry keeps the process that marked it, not the last one) */
-		if (st->jf_ino != st->ino || st->jf_dev != st->dev || (st->jf_bits & bits) != bits) {
-			struct file_key k = { .ino = st->ino, .dev = st->dev };
-			__u64 *known = bpf_map_lookup_elem(&job_files, &k);
-			if (known && (__u32)*known == (__u32)v)
-				v |= *known;
-			if (!known || *known != v)
-				bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
-			st->jf_bits = st->jf_ino == st->ino && st->jf_dev == st->dev ?
-				st->jf_bits | bits : bits;
-			st->jf_ino = st->ino;
-			st->jf_dev = st->dev;
-		}
-	}
+	/* a file the job wrote: its writeback is the job's */
+	if (op >= IOT_WRITE && op <= IOT_PWRITEV2 && ret > 0)
+		mark_job_file(st, pid_tgid >> 32, IOT_JOB_WROTE);
 	p1 = path_args(op, &p2);
 	if (profile_mode) {
 		on_exit_profile(task, st, op, now, pid_tgid, ret, p1, p2);

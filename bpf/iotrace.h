@@ -177,6 +177,11 @@ enum iot_op {
 				 request's unique id; a read (the request): flags =
 				 opcode, arg = the requesting thread, req_bytes = the
 				 node id; a write (the reply): flags = its error (-errno) */
+#define IOT_EF_DIRECT    256  /* the call's file was open with O_DIRECT (f_flags at entry;
+				 io_uring: at completion): its data bypass the page cache */
+
+/* O_DIRECT in struct file's f_flags: x86_64's (asm-generic) value */
+#define IOT_O_DIRECT 040000
 
 /* iot_event.flags of IOT_TLS_* records */
 #define IOT_TLS_LIB_OPENSSL 1

@@ -21,11 +21,11 @@ from iotrace.tracedir import FILES_SCHEMA, PROCESSES_SCHEMA, SCHEMA_VERSION, THR
 
 
 def ev(op, ts=0, dur=1000, pid=100, tid=None, fd=3, off=-1, req=0, ret=0, file_id=-1,
-       path=None, path2=None, flags=0, arg=0, mode=0, fd_kind=None):
+       path=None, path2=None, flags=0, arg=0, mode=0, fd_kind=None, eflags=0):
     return dict(ts_ns=ts, dur_ns=dur, pid=pid, tid=tid or pid, op=op, fd=fd, offset=off,
                 req_bytes=req, ret=ret, file_id=file_id,
                 fd_kind=fd_kind or ("file" if file_id >= 0 else "none"), flags=flags,
-                mode=mode, arg=arg, path=path, path2=path2, eflags=0, chan_ino=None, http=None)
+                mode=mode, arg=arg, path=path, path2=path2, eflags=eflags, chan_ino=None, http=None)
 
 
 def synth_trace(root: Path, events: list[dict], files=(), processes=(), threads=None,

@@ -20,6 +20,7 @@ import pytest
 from conftest import WORKLOADS, needs_root, trace_run
 from synth import ev, synth_trace
 
+from iotrace.abi import EF_DIRECT
 from iotrace.analyzers.base import Targets
 from iotrace.analyzers.report import build_report
 
@@ -419,17 +420,22 @@ def test_tiny_writes_edges(tmp_path, n, size, sev):
         assert (fs[0].evidence["writes"], fs[0].evidence["write_bytes"]) == (n, n * size)
 
 
-def direct_trace(tmp_path, calls, flags=0o40000 | os.O_RDWR, arch="x86_64", reopen=False):
-    """Open fd 5 with `flags`, then (offset, size, ret) preads; with reopen, the fd
-    is closed and reopened without O_DIRECT before the calls."""
+def direct_trace(tmp_path, calls, flags=0o40000 | os.O_RDWR, arch="x86_64", reopen=False,
+                 schema=None):
+    """Open fd 5 with `flags`, then (offset, size, ret) preads, each flagged
+    DIRECT as the recorder does for a file open with O_DIRECT; with reopen, the
+    fd is closed and reopened without O_DIRECT before the calls. With `schema`
+    (before 1.7: no DIRECT flag), the open flags alone say it."""
     evs = [ev("openat", ts=0, fd=5, ret=5, flags=flags, file_id=0, path="/data/f0.bin")]
     if reopen:
         evs += [ev("close", ts=10, fd=5, file_id=0),
                 ev("openat", ts=20, fd=5, ret=5, flags=os.O_RDWR, file_id=0,
                    path="/data/f0.bin")]
-    evs += [ev("pread64", ts=100 + i, fd=5, off=o, req=n, ret=r, file_id=0)
+    direct = 0 if reopen or schema else EF_DIRECT
+    evs += [ev("pread64", ts=100 + i, fd=5, off=o, req=n, ret=r, file_id=0, eflags=direct)
             for i, (o, n, r) in enumerate(calls)]
-    return trace(tmp_path, evs, meta={"arch": arch})
+    return trace(tmp_path, evs, meta={"arch": arch, **({"schema_version": schema}
+                                                         if schema else {})})
 
 
 ALIGNED = [(0, 4096, 4096), (8192, 65536, 65536)]
@@ -450,13 +456,23 @@ def test_misaligned_direct_io(tmp_path, calls, sev, bad, einval):
             (len(calls), bad, einval)
 
 
-def test_direct_io_follows_the_fd_and_the_arch(tmp_path):
+def test_direct_io_follows_the_flag(tmp_path):
     bad = ALIGNED + [(100, 4096, -22)]
     assert findings(direct_trace(tmp_path / "a", bad, reopen=True), "redundant-io") == []
+
+
+def test_direct_io_of_older_traces_from_the_opens_and_the_arch(tmp_path):
+    """A trace made before the DIRECT flag: a file every open of which asked
+    for O_DIRECT (the trace's arch's value) has its calls taken as direct."""
+    bad = ALIGNED + [(100, 4096, -22)]
+    assert len(findings(direct_trace(tmp_path / "o", bad, schema="1.6"), "redundant-io")) == 1
+    assert findings(direct_trace(tmp_path / "a", bad, reopen=True, schema="1.6"),
+                    "redundant-io") == []
     # on aarch64 O_DIRECT is 0o200000 (0o40000 is O_DIRECTORY there)
-    assert findings(direct_trace(tmp_path / "b", bad, arch="aarch64"), "redundant-io") == []
+    assert findings(direct_trace(tmp_path / "b", bad, arch="aarch64", schema="1.6"),
+                    "redundant-io") == []
     assert len(findings(direct_trace(tmp_path / "c", bad, flags=0o200000 | os.O_RDWR,
-                                     arch="aarch64"), "redundant-io")) == 1
+                                     arch="aarch64", schema="1.6"), "redundant-io")) == 1
 
 
 # ───────────────────────────────── real workloads ─────────────────────────────────

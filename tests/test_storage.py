@@ -177,34 +177,107 @@ def findings_of(out: Path) -> dict:
     return {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
 
 
+def from_first_ask(trace, path: Path, nbytes: int, rate: float, since: str) -> float:
+    """`rate` (nbytes over a span that starts at the first read request's
+    issue or completion: `since`) over a span that starts when the job first
+    asked for the file's data instead. The block layer sees a request only once
+    a throttle lets it go: the wait of the first one is in no request."""
+    (asked, issued, completed), = rows(trace, """
+        select min(e.ts_ns) filter (where e.op in ('read', 'pread64', 'readv', 'preadv')),
+               min(e.ts_ns) filter (where e.op = 'block_rq'),
+               min(e.ts_ns + e.dur_ns) filter (where e.op = 'block_rq')
+        from events e join files f using (file_id) where f.path = ?""", str(path))
+    start = {"issue": issued, "completion": completed}[since]
+    return nbytes / (nbytes / rate + max(start - asked, 0) / 1e9)
+
+
 def test_throttled_device_rate_and_its_finding(tmp_path, blockdir):
     """A cgroup throttle makes real slow storage: the device's rate in the
-    summary, and the device-at-limit finding naming the ceiling, within 10%.
-    The block layer sees a request only once the throttle lets it go, so the
-    span of the requests leaves out the first one's wait (readahead makes 4 MiB
-    requests: 7 of them, 17% over when that wait is not added back)."""
+    summary, and the device-at-limit finding naming the ceiling, within 10%,
+    over the time from dd's first read (from_first_ask)."""
     data = random_file(blockdir / "slow.bin", 24)
     bps = 12 * 1000 * 1000
     with cold_throttled_reads(data, bps) as prefix:
-        proc, _ = trace_run(tmp_path / "t", *prefix, "dd", f"if={data}", "of=/dev/null",
-                            "bs=1M")
+        proc, trace = trace_run(tmp_path / "t", *prefix, "dd", f"if={data}", "of=/dev/null",
+                                "bs=1M")
     assert proc.returncode == 0, proc.stderr
     s = summary(tmp_path / "t")
     dev = max(s["devices"], key=lambda d: d["read_bytes"])
     st = os.stat(data)
     assert (dev["major"], dev["minor"]) == (os.major(st.st_dev), os.minor(st.st_dev)) \
         or dev["read_bytes"] >= data.stat().st_size
-
-    def with_first_wait(rate):
-        first = dev["read_bytes"] / dev["requests"]
-        return dev["read_bytes"] / (dev["read_bytes"] / rate + first / bps)
-    assert abs(with_first_wait(dev["read_bytes_per_s"]) - bps) <= 0.10 * bps, dev
+    rate = from_first_ask(trace, data, dev["read_bytes"], dev["read_bytes_per_s"], "issue")
+    assert abs(rate - bps) <= 0.10 * bps, (rate, dev)
     f = findings_of(tmp_path / "t").get("device-at-limit")
     assert f, "no device-at-limit finding on a throttled device"
-    assert abs(with_first_wait(f["evidence"]["ceiling_bytes_per_s"]) - bps) <= 0.10 * bps, \
-        f["evidence"]
-    assert f["evidence"]["device"] == dev["name"]
-    assert f["evidence"]["bound"] == "bandwidth"   # dd's 1 MiB reads: large requests
+    ev = f["evidence"]
+    ceiling = from_first_ask(trace, data, ev["read_bytes"], ev["ceiling_bytes_per_s"],
+                             "completion")
+    assert abs(ceiling - bps) <= 0.10 * bps, (ceiling, ev)
+    assert ev["device"] == dev["name"]
+    assert ev["bound"] == "bandwidth"   # dd's 1 MiB reads: large requests
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_throttled_o_direct_reads_find_the_limit_not_the_cache(tmp_path, blockdir):
+    """fio's O_DIRECT reads through a throttle: every read is flagged direct
+    (fio's own count), none is taken for a page-cache hit, and the device's
+    limit is found, as for buffered reads (an O_DIRECT read adds nothing to
+    the page cache: it is a storage wait by its flag)."""
+    data = random_file(blockdir / "slow-direct.bin", 24)
+    bps = 12 * 1000 * 1000
+    report = tmp_path / "fio.json"
+    with cold_throttled_reads(data, bps) as prefix:
+        proc, trace = trace_run(tmp_path / "t", *prefix, "fio", "--name=d",
+                                f"--filename={data}", "--ioengine=psync", "--direct=1",
+                                "--rw=read", "--bs=1M", "--size=24M", "--output-format=json",
+                                f"--output={report}")
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]["read"]
+    (direct, nbytes, buffered), = rows(trace, """
+        select count(*) filter (where e.eflags & 256 != 0),
+               sum(e.ret) filter (where e.eflags & 256 != 0),
+               count(*) filter (where e.eflags & 256 = 0)
+        from events e join files f using (file_id)
+        where e.op = 'pread64' and f.path = ?""", str(data))
+    assert (direct, nbytes, buffered) == (job["total_ios"], job["io_bytes"], 0)
+    entry = file_entry(summary(tmp_path / "t"), data)
+    assert entry["direct_read_bytes"] == job["io_bytes"]
+    assert (entry["cache_hit_bytes"], entry["cache_miss_bytes"]) == (0, 0)
+    found = findings_of(tmp_path / "t")
+    assert "page-cache-hides-storage" not in found
+    f = found.get("device-at-limit")
+    assert f, f"no device-at-limit finding on O_DIRECT reads: {sorted(found)}"
+    ev = f["evidence"]
+    assert ev["storage_wait_share"] >= 0.8, ev
+    ceiling = from_first_ask(trace, data, ev["read_bytes"], ev["ceiling_bytes_per_s"],
+                             "completion")
+    assert abs(ceiling - bps) <= 0.10 * bps, (ceiling, ev)
+
+
+def test_direct_flag_follows_the_file_not_the_open(tmp_path, blockdir):
+    """The DIRECT flag is the file's state at each call: buffered reads, then
+    the same fd switched to O_DIRECT with fcntl, then a dup of it: exactly the
+    calls after the switch are flagged."""
+    data = random_file(blockdir / "switch.bin", 1)
+    script = (
+        "import fcntl, mmap, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "for i in range(5): os.pread(fd, 4096, i * 4096)\n"
+        "fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)\n"
+        "buf = mmap.mmap(-1, 4096)\n"
+        "for i in range(7): os.preadv(fd, [buf], i * 4096)\n"
+        "fd2 = os.dup(fd)\n"
+        "for i in range(3): os.preadv(fd2, [buf], i * 4096)\n")
+    proc, trace = trace_run(tmp_path / "t", sys.executable, "-c", script, str(data))
+    assert proc.returncode == 0, proc.stderr
+    got = rows(trace, """
+        select e.op, e.eflags & 256 != 0, count(*) from events e join files f using (file_id)
+        where e.op in ('pread64', 'preadv', 'preadv2') and f.path = ? group by all order by all""",
+               str(data))
+    # glibc's preadv is the preadv2 system call
+    assert [(op.replace('preadv2', 'preadv'), d, n) for op, d, n in got] == \
+        [("pread64", False, 5), ("preadv", True, 10)], got
 
 
 def test_throttled_direct_reads_are_the_jobs(tmp_path, blockdir):

@@ -131,6 +131,17 @@ EF_FIXED_FILE = 16   # io_uring: fd is an index into the ring's registered files
 EF_NET_DATA = 32     # payload: the first bytes of an HTTP message the call moved
 EF_NET_ADDR = 64     # connect: payload = the peer's sockaddr
 EF_FUSE = 128        # a FUSE daemon's read (request) or write (reply) of /dev/fuse
+EF_DIRECT = 256      # the call's file was open with O_DIRECT (schema 1.7)
+
+# O_DIRECT in open flags, by meta.json `arch` (asm-generic's is 0o40000)
+O_DIRECT_BY_ARCH = {"x86_64": 0o40000, "i686": 0o40000, "aarch64": 0o200000,
+                    "arm64": 0o200000, "armv7l": 0o200000, "ppc64le": 0o400000,
+                    "ppc64": 0o400000}
+
+
+def o_direct(arch: str | None) -> int:
+    """O_DIRECT's value in the open flags of a trace made on `arch`."""
+    return O_DIRECT_BY_ARCH.get(arch or "x86_64", 0o40000)
 TLS_OPS = ("tls_read", "tls_write")
 TLS_LIBS = {1: "openssl", 2: "gnutls"}
 

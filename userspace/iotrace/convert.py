@@ -155,9 +155,13 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
                 if int(row["op"]) in STORAGE_OPS and key not in model.files:
                     fid = -1   # no path to give it: counted below, not a nameless file
                 else:
+                    # the fd table's path only for a file not named yet (a
+                    # lookup for a named one would count a reused fd for nothing)
+                    known = model.files.get(key)
+                    path = (None if known is not None and known.path is not None
+                            else model.fd_path(int(row["pid"]), int(row["fd"]), key))
                     fid = cache[key] = model.file_id(
-                        key[0], key[1], int(row["imode"]), int(row["fs_magic"]),
-                        model.fd_path(int(row["pid"]), int(row["fd"]), key))
+                        key[0], key[1], int(row["imode"]), int(row["fs_magic"]), path)
             run_ids[j] = fid
         file_id[sel] = np.repeat(run_ids, np.diff(np.append(heads, len(sel))))
         lost = (file_id[sel] < 0) & np.isin(recs["op"][sel], list(STORAGE_OPS))

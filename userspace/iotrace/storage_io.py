@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .abi import OPEN_OPS, READ_OPS, WRITE_OPS, sql_list
+from .abi import ASYNC_READ_OPS, EF_DIRECT, READ_OPS, WRITE_OPS, sql_list
 
 PAGE = 4096
-O_DIRECT = 0o40000   # x86-64
 REQ_OP_READ, REQ_OP_WRITE = 0, 1
 INTERFACES = ("syscall", "io_uring", "libaio", "mmap")
 
@@ -58,26 +57,21 @@ with io as (
            coalesce(sum(req_bytes) filter (where op = 'block_rq'
                                            and flags & 255 = {REQ_OP_READ}), 0) as dev_read,
            coalesce(sum(req_bytes) filter (where op = 'block_rq'
-                                           and flags & 255 = {REQ_OP_WRITE}), 0) as dev_write
+                                           and flags & 255 = {REQ_OP_WRITE}), 0) as dev_write,
+           -- O_DIRECT reads bypass the cache: neither hits nor misses
+           coalesce(sum(ret) filter (where op in {sql_list(READ_OPS + ASYNC_READ_OPS)}
+                                     and ret > 0 and eflags & {EF_DIRECT} != 0), 0)
+               as direct_read_bytes
     from events
     where file_id >= 0 and (op in {_R} or op in {_W} or op in {sql_list(_STORAGE_OPS)})
     group by file_id),
-direct as (
-    -- files every open of which asked for O_DIRECT: their reads bypass the cache
-    select file_id from events
-    where op in {sql_list(OPEN_OPS)} and ret >= 0 and file_id >= 0
-    group by file_id having bool_and(flags & {O_DIRECT} != 0)),
 tot as (
     select *, sys_read_bytes + ur_read_bytes + aio_read_bytes + mm_read_bytes as read_bytes,
            sys_write_bytes + ur_write_bytes + aio_write_bytes + mm_write_bytes as write_bytes,
            sys_miss + mm_miss + fill_miss as miss
     from io)
-select f.path, tot.*,
-       case when d.file_id is null then 0
-            else sys_read_bytes + ur_read_bytes + aio_read_bytes end as direct_read_bytes,
-       -- O_DIRECT reads bypass the cache: neither hits nor misses
-       case when d.file_id is null then greatest(read_bytes - miss, 0) else 0 end as hit
-from tot join files f using (file_id) left join direct d using (file_id)
+select f.path, tot.*, greatest(read_bytes - direct_read_bytes - miss, 0) as hit
+from tot join files f using (file_id)
 order by read_bytes + write_bytes + dev_read + dev_write desc, f.path
 """
 

@@ -13,7 +13,8 @@ from typing import Optional
 
 import duckdb
 
-from .abi import COPY_OPS, READ_OPS, WRITE_OPS, sql_list
+from .abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, COPY_OPS, EF_DIRECT, OPEN_OPS, READ_OPS,
+                  WRITE_OPS, o_direct, sql_list)
 from .errors import EXIT_TRACE, IotraceError
 from .tracedir import SCHEMA_VERSION, EVENTS_SCHEMA_NAMES
 
@@ -249,9 +250,10 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
             except duckdb.Error as e:
                 raise unreadable(e, root, _first_damaged(parts))
             missing = [f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES if n not in have]
-            if missing:   # a trace of an older minor version: its new columns are null
-                con.execute(f"create or replace view {ev} as select *, {', '.join(missing)} "
-                            f"from {src}")
+            legacy = _legacy_direct(root, src)
+            if missing or legacy:   # a trace of an older minor version
+                con.execute(f"create or replace view {ev} as select * {legacy} "
+                            f"{''.join(', ' + m for m in missing)} from {src}")
         else:
             cols = ", ".join(f"null::{t} as {n}" for n, t in EVENTS_SCHEMA_NAMES)
             con.execute(f"create or replace view {ev} as select {cols} where false")
@@ -276,6 +278,27 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
         _profile_views(con, root, prefix)
     except duckdb.Error as e:
         raise unreadable(e, root)
+
+
+def _legacy_direct(root: Path, src: str) -> str:
+    """Before schema 1.7 no record said its file was open with O_DIRECT
+    (eflags DIRECT): for such a trace, a `replace` clause that gives it to the
+    reads and writes of files every recorded open of which asked for O_DIRECT
+    (fds opened before the trace, dup'd, or set with fcntl are not seen).
+    Empty for a trace that has the flag."""
+    try:
+        meta = json.loads((root / "meta.json").read_text())
+        major, minor = (int(x) for x in str(meta.get("schema_version")).split(".")[:2])
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if (major, minor) >= (1, 7):
+        return ""
+    flag = o_direct(meta.get("arch"))
+    ops = sql_list(READ_OPS + WRITE_OPS + ASYNC_READ_OPS + ASYNC_WRITE_OPS)
+    return f"""replace (case when op in {ops} and file_id in (
+                   select file_id from {src} where op in {sql_list(OPEN_OPS)} and ret >= 0
+                   and file_id >= 0 group by file_id having bool_and(flags & {flag} != 0))
+               then (eflags | {EF_DIRECT})::smallint else eflags end as eflags)"""
 
 
 def _profile_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
