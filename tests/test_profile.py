@@ -86,6 +86,22 @@ def test_profile_sums_equal_fio(tmp_path, datafile):
     assert html.returncode == 2 and "profile" in html.stderr and "Traceback" not in html.stderr
 
 
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_profile_o_direct_reads_come_from_storage(tmp_path, datafile):
+    """fio's O_DIRECT reads add nothing to the page cache: in a profile every
+    byte they read is summed as from storage (cache_bytes), as fio read it."""
+    report = tmp_path / "fio.json"
+    proc, trace = trace_run(tmp_path / "t", *fio_args(datafile, report, "--rw=randread",
+                                                      "--bs=4k", "--io_size=4M", "--direct=1"),
+                            extra=("--profile",))
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]["read"]
+    calls, nbytes, storage = rows(trace, """
+        select sum(calls), sum(bytes), sum(cache_bytes) from profile_calls c
+        join files f using (file_id) where f.path = ? and op = 'pread64'""", str(datafile))[0]
+    assert (calls, nbytes, storage) == (job["total_ios"], job["io_bytes"], job["io_bytes"])
+
+
 def test_profile_equals_full_trace(tmp_path):
     """The same fixed mix of calls, traced in full and as a profile: per file
     and op, equal calls, bytes, errors and requested bytes; equal request-size
