@@ -9,6 +9,13 @@ from typing import Any, Callable, Optional
 SEVERITIES = ("info", "warn", "high")
 
 
+def file_name(path) -> str:
+    """A file's path for a sentence; a file iotrace could not name (an fd
+    reused unseen before an attach: counters.fd_identity_mismatches) is said
+    to be so, not printed as None."""
+    return path if path else "a file of unknown path"
+
+
 def severity_rank(sev: str) -> int:
     return SEVERITIES.index(sev)
 

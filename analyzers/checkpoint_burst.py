@@ -35,7 +35,7 @@ Trigger: at least `min_bursts` bursts. Severity: high when blocked_share >=
 """
 from __future__ import annotations
 
-from .base import Context, Finding, Rule
+from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes, human_rate
 from .views import WRITE_OPS, sql_list
 
@@ -244,7 +244,7 @@ def run(ctx: Context) -> list[Finding]:
         examples=[{"ts_ns": b["start_ns"], "pid": b["pid"], "tid": b["tid"],
                    "what": (f"burst {i + 1}: {human_bytes(b['bytes'])} in {b['writes']} writes "
                             f"to {b['files']} file{'s' if b['files'] != 1 else ''} "
-                            f"({b['path']}) in {b['dur_ns'] / 1e9:.3f} s, "
+                            f"({file_name(b['path'])}) in {b['dur_ns'] / 1e9:.3f} s, "
                             f"{b['syncs']} fsync {b['sync_ns'] / 1e9:.3f} s"),
                    "bytes": b["bytes"], "writes": b["writes"], "files": b["files"],
                    "fsyncs": b["syncs"], "duration_s": b["dur_ns"] / 1e9,

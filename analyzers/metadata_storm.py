@@ -52,7 +52,7 @@ but every open and stat is a server round trip on a network file system).
 """
 from __future__ import annotations
 
-from .base import Context, Finding, Rule
+from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes
 from .views import META_OPS, pseudo_fs_sql, sql_list
 
@@ -236,7 +236,7 @@ def top_processes(ctx: Context, total_ns: int) -> list[dict]:
 
 def examples(ctx: Context) -> list[dict]:
     """The slowest opens and stats: where the Perfetto view should look."""
-    return [{"ts_ns": ts, "what": f"{kind} of {path} took {dur / 1e3:.0f} us"}
+    return [{"ts_ns": ts, "what": f"{kind} of {file_name(path)} took {dur / 1e3:.0f} us"}
             for ts, kind, path, dur in ctx.rows("""
                 select max_ts, kind, path, max_ns from metadata_storm_calls
                 where kind in ('open', 'stat') order by max_ns desc, max_ts limit 3""")]

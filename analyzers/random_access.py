@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Context, Finding, Rule
+from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes
 from .views import read_streams
 
@@ -153,7 +153,7 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
         where k.file_id in (select file_id from flagged)
         group by k.pid order by 3 desc, 1 limit 5""", *params(th))
     examples = [{"ts_ns": ts, "pid": pid, "tid": tid,
-                 "what": (f"read of {human_bytes(req)} at offset {off:,} of {top[1]}, "
+                 "what": (f"read of {human_bytes(req)} at offset {off:,} of {file_name(top[1])}, "
                           f"previous read ended at {prev:,}")}
                 for ts, pid, tid, off, prev, req in ctx.rows(f"""
                     select ts_ns, pid, tid, off, prev_end, req_bytes from

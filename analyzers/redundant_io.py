@@ -47,7 +47,7 @@ calls). Severity: high when any misaligned call failed with EINVAL, else warn.
 """
 from __future__ import annotations
 
-from .base import Context, Finding, Rule
+from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes
 
 MiB = 1 << 20
@@ -172,7 +172,7 @@ def rereads(ctx: Context, th: dict, total_read: int) -> list[Finding]:
                for _, p, _, b, d, o, _, fac in files[:10]],
         processes=top_processes(ctx, "read", [f[0] for f in files]),
         examples=[{"ts_ns": ts, "pid": pid, "tid": tid,
-                   "what": f"read of {human_bytes(n)} at offset {off:,} of {top[1]}"}
+                   "what": f"read of {human_bytes(n)} at offset {off:,} of {file_name(top[1])}"}
                   for ts, pid, tid, off, n in ctx.rows("""
                       select ts_ns, pid, tid, off, nbytes from io
                       where dir = 'read' and file_id = ? and ret > 0
@@ -257,7 +257,7 @@ def writes(ctx: Context, th: dict) -> list[Finding]:
 
 def sync_examples(ctx: Context, top) -> list[dict]:
     return [{"ts_ns": ts, "pid": pid, "tid": tid,
-             "what": f"{op} of {top[1]} took {dur / 1e3:.0f} us"}
+             "what": f"{op} of {file_name(top[1])} took {dur / 1e3:.0f} us"}
             for ts, pid, tid, op, dur in ctx.rows("""
                 select ts_ns, pid, tid, op, dur_ns from events
                 where op in ('fsync', 'fdatasync') and file_id = ?
@@ -301,7 +301,7 @@ def misaligned_direct(ctx: Context, th: dict) -> list[Finding]:
                 "einval_calls": int(f[4])} for f in files[:10]],
         processes=top_processes(ctx, "%", [f[0] for f in files]),
         examples=[{"ts_ns": ts, "pid": pid, "tid": tid,
-                   "what": f"{op} of {req:,} bytes at offset {off:,} of {top[1]}: ret {ret}"}
+                   "what": f"{op} of {req:,} bytes at offset {off:,} of {file_name(top[1])}: ret {ret}"}
                   for ts, pid, tid, op, off, req, ret in examples])]
 
 

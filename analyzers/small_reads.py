@@ -33,7 +33,7 @@ the median call time, an upper bound) that is `est_time_saved_s`.
 """
 from __future__ import annotations
 
-from .base import Context, Finding, Rule
+from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes
 
 MiB = 1 << 20
@@ -196,7 +196,7 @@ def findings(ctx: Context, th: dict) -> list[Finding]:
         processes=[{"pid": pid, "cmdline": cmd, "reads": int(c), "bytes": int(b)}
                    for pid, cmd, c, b in procs],
         examples=[{"ts_ns": ts, "pid": pid, "tid": tid,
-                   "what": f"read of {human_bytes(req)} at offset {off:,} of {top[1]}"}
+                   "what": f"read of {human_bytes(req)} at offset {off:,} of {file_name(top[1])}"}
                   for ts, pid, tid, off, req in examples])]
 
 

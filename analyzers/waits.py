@@ -157,6 +157,8 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
     # a consumer gets batches while the dataset is read, not only at start-up
     first, last = con.execute("""select min(ts_ns), max(ts_ns) from data_io where dir = 'read'
                                  and file_id in (select file_id from data_files)""").fetchone()
+    if first is None:   # reads, but none of a data set (many small files, none named)
+        return _checkpoint_only(con, threads)
     min_span = th["min_delivery_span"] * (last - first)
     spans: dict[int, list[int]] = {}
     for tid, ppid, n, a, b in _deliveries(con, prod, threads):
@@ -570,12 +572,15 @@ def wakers(tl: Timelines, loop: Loop, eps: np.ndarray) -> np.ndarray:
 def create_file_sets(con) -> None:
     """The dataset: files read in directories that hold at least 1% of the
     bytes read from data files (a stray config file read at start-up is not
-    the dataset); checkpoint files: files written with at least 1 MiB."""
+    the dataset); checkpoint files: files written with at least 1 MiB. A file
+    without a path (an fd reused unseen before an attach) is a directory of
+    its own."""
     # bytes per file first, the directory per file (not per read) after
     con.execute("""create or replace temp table data_files as
                    with fb as (select file_id, path, sum(nbytes) as b
                                from data_io where dir = 'read' group by file_id, path),
-                        f as (select file_id, regexp_replace(path, '/[^/]*$', '') as d, b
+                        f as (select file_id, coalesce(regexp_replace(path, '/[^/]*$', ''),
+                                                       '#' || file_id) as d, b
                               from fb),
                         dirs as (select d from f group by d
                                  having sum(b) >= 0.01 * (select sum(b) from f))

@@ -144,3 +144,35 @@ def test_window_option(tmp_path):
     assert res.returncode == 2 and "starts after the trace ends" in res.stderr
     res = iotrace_cmd("report", str(tmp_path / "t"), "--window", "3:1")
     assert res.returncode == 2 and "END must be after START" in res.stderr
+
+
+def test_files_without_paths_are_reported(tmp_path):
+    """Files with no path (an attach whose fds were reused unseen): the loop,
+    its waits and the rules on call patterns work from file ids alone; no rule
+    fails, every format renders. A trace whose data files all lacked a path
+    used to stop the report with a traceback (the data set is found by
+    directory)."""
+    MiB = 1 << 20
+    evs = []
+    ts = 0
+    for i in range(400):          # small random reads of four unnamed data files
+        evs.append(ev("pread64", ts=ts, dur=200_000, fd=3 + i % 4, off=(i * 7919 % 512) * 4096,
+                      req=4096, ret=4096, file_id=i % 4))
+        ts += 1_000_000
+    for i in range(64):           # a checkpoint to an unnamed file, then its fsync
+        evs.append(ev("write", ts=ts, dur=50_000, fd=9, off=i * MiB, req=MiB, ret=MiB,
+                      file_id=4))
+        ts += 100_000
+    evs.append(ev("fsync", ts=ts, dur=5_000_000, fd=9, file_id=4))
+    t = synth_trace(tmp_path / "t", evs, files=[(i, None) for i in range(5)])
+    r = build_report(t, Targets(read_bps=1 << 30))
+    assert r.errors == []
+    d = r.to_dict()
+    assert d["verdict"]["loops"], d["verdict"]
+    assert {"small-reads", "random-access"} <= {f["id"] for f in d["findings"]}
+    for fmt in ("text", "md", "json", "html"):
+        proc = iotrace_cmd("report", str(tmp_path / "t"), "--format", fmt, "--verbose",
+                           "--output", str(tmp_path / f"r.{fmt}"))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (fmt, proc.stderr)
+    text = (tmp_path / "r.text").read_text()
+    assert "of a file of unknown path" in text and "None" not in text
