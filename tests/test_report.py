@@ -176,3 +176,39 @@ def test_files_without_paths_are_reported(tmp_path):
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (fmt, proc.stderr)
     text = (tmp_path / "r.text").read_text()
     assert "of a file of unknown path" in text and "None" not in text
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_traces_report_without_rule_errors(tmp_path, seed):
+    """Odd traces (any op on any file or none, failed calls, zero durations,
+    pathless and relative file paths, unknown threads) give a report with no
+    rule failing: a rule error hides that rule's answer from the user."""
+    import random
+    r = random.Random(seed)
+    ops = ["read", "pread64", "write", "pwrite64", "openat", "close", "lseek", "fsync", "futex",
+           "newfstatat", "getdents64", "mmap", "poll", "epoll_wait", "recvfrom", "sendto",
+           "clock_nanosleep", "offcpu", "page_fault", "block_rq", "cache_fill",
+           "io_uring_read", "aio_read", "proc_fork", "thread_new", "proc_exit",
+           "lock_contention", "rename", "unlink"]
+    nfiles = r.randint(1, 6)
+    files = [(i, r.choice([None, f"/data/d{r.randint(0, 2)}/f{i}.bin", f"/ckpt/c{i}.pt",
+                           f"rel{i}"])) for i in range(nfiles)]
+    evs = []
+    for _ in range(r.randint(50, 400)):
+        op, fid, pid = r.choice(ops), r.choice([-1, *range(nfiles)]), r.choice([100, 101, 102])
+        n = r.choice([0, 1, 4096, 1 << 20, -22, -11])
+        evs.append(ev(op, ts=r.randint(0, 5 * 10**9), dur=r.choice([0, 1, 1000, 10**6, 10**9]),
+                      pid=pid, tid=pid + r.choice([0, 0, 1000, 2000]),
+                      fd=r.choice([-1, 0, 3, 4, 5]), off=r.choice([-1, 0, 4096, 10**9]),
+                      req=abs(n), ret=n, file_id=fid,
+                      path=(r.choice([None, "/data/x", "rel"])
+                            if op in ("openat", "newfstatat", "rename", "unlink") else None),
+                      flags=r.choice([0, 1, 2, 0o40000, 128]),
+                      arg=r.choice([0, 4096, -1, 100, 101]),
+                      fd_kind=(r.choice([None, "pipe", "socket", "dir", "none"])
+                               if fid < 0 else None),
+                      eflags=r.choice([0, 0, 256, 8])))
+    t = synth_trace(tmp_path / "t", evs, files=files)
+    rep = build_report(t, Targets(read_bps=r.choice([None, 1 << 30])))
+    assert rep.errors == []
+    json.dumps(rep.to_dict())
