@@ -370,9 +370,6 @@ static __always_inline __u64 timespec_ns(__u64 uts)
 
 /* ---- syscall entry ---------------------------------------------------- */
 
-/* A system call's entry: op is 0 for a call iotrace does not record (the
- * syscall tracepoint sees them all) or the call's op (an fentry program's
- * constant, which lets the compiler keep only that op's code). */
 /*
  * A file the job reads or writes: what kernel threads submit for it is the
  * job's (writeback; bios an I/O throttle held back, dispatched from a worker
@@ -404,6 +401,9 @@ static __always_inline void mark_job_file(struct inflight *st, __u32 tgid, __u64
 	st->jf_dev = st->dev;
 }
 
+/* A system call's entry: op is 0 for a call iotrace does not record (the
+ * syscall tracepoint sees them all) or the call's op (an fentry program's
+ * constant, which lets the compiler keep only that op's code). */
 static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 {
 	struct task_struct *task;

@@ -142,6 +142,8 @@ O_DIRECT_BY_ARCH = {"x86_64": 0o40000, "i686": 0o40000, "aarch64": 0o200000,
 def o_direct(arch: str | None) -> int:
     """O_DIRECT's value in the open flags of a trace made on `arch`."""
     return O_DIRECT_BY_ARCH.get(arch or "x86_64", 0o40000)
+
+
 TLS_OPS = ("tls_read", "tls_write")
 TLS_LIBS = {1: "openssl", 2: "gnutls"}
 
