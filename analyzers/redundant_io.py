@@ -47,12 +47,14 @@ calls). Severity: high when any misaligned call failed with EINVAL, else warn.
 """
 from __future__ import annotations
 
+from iotrace.abi import OPEN_OPS, sql_list
+
 from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes
 
 MiB = 1 << 20
 EINVAL = 22
-OPENS = "('open', 'openat', 'openat2', 'creat')"
+OPENS = sql_list(OPEN_OPS)
 
 
 def top_processes(ctx: Context, direction: str, file_ids) -> list[dict]:

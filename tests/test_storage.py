@@ -19,6 +19,8 @@ import pytest
 
 from conftest import cold_throttled_reads, evict, iotrace_cmd, needs_root, rows, trace_run
 
+from iotrace.abi import READ_OPS, sql_list
+
 pytestmark = needs_root()
 
 MIB = 1 << 20
@@ -185,8 +187,8 @@ def from_first_ask(trace, path: Path, nbytes: int, rate: float, since: str) -> f
     issue or completion: `since`) over a span that starts when the job first
     asked for the file's data instead. The block layer sees a request only once
     a throttle lets it go: the wait of the first one is in no request."""
-    (asked, issued, completed), = rows(trace, """
-        select min(e.ts_ns) filter (where e.op in ('read', 'pread64', 'readv', 'preadv')),
+    (asked, issued, completed), = rows(trace, f"""
+        select min(e.ts_ns) filter (where e.op in {sql_list(READ_OPS)}),
                min(e.ts_ns) filter (where e.op = 'block_rq'),
                min(e.ts_ns + e.dur_ns) filter (where e.op = 'block_rq')
         from events e join files f using (file_id) where f.path = ?""", str(path))
