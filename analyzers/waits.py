@@ -17,6 +17,8 @@ flows, never from names):
   3. reader threads of the process wake it up (thread-based loaders);
      with no such wake-up, the main thread when only other threads read;
   4. otherwise the thread that read the most.
+Reads through io_uring or libaio are the submitting thread's: its data
+waits are the time it is blocked while its requests are in flight.
 With no dataset reads, the thread that wrote the most checkpoint bytes is
 the loop (a job that only computes and checkpoints).
 """
@@ -28,8 +30,8 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from iotrace.abi import (OPEN_OPS, POLL_OPS, READ_OPS, RECV_OPS, SLEEP_OPS, SYNC_OPS,
-                         WRITE_OPS, sql_list)
+from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, READ_OPS,
+                         RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
 
 from . import intervals as ivl
 from .views import mem_available
@@ -96,7 +98,7 @@ def _threads(con) -> dict[int, tuple[int, str]]:
 
 def _producers(con, th: dict) -> dict[int, int]:
     """{tid: dataset bytes read} of threads that read at least the minimum share."""
-    rows = con.execute("""select tid, sum(nbytes) from data_io where dir = 'read'
+    rows = con.execute("""select tid, sum(nbytes) from all_data_io where dir = 'read'
                           group by tid having sum(nbytes) > 0""").fetchall()
     tot = sum(int(b) for _, b in rows)
     if tot < th["min_dataset_bytes"]:
@@ -155,7 +157,7 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
     score: dict[int, int] = {}
     sources: dict[int, set] = {}
     # a consumer gets batches while the dataset is read, not only at start-up
-    first, last = con.execute("""select min(ts_ns), max(ts_ns) from data_io where dir = 'read'
+    first, last = con.execute("""select min(ts_ns), max(ts_ns) from all_data_io where dir = 'read'
                                  and file_id in (select file_id from data_files)""").fetchone()
     if first is None:   # reads, but none of a data set (many small files, none named)
         return _checkpoint_only(con, threads)
@@ -235,7 +237,7 @@ def _depths(con) -> dict[int, int]:
 
 
 def _checkpoint_only(con, threads: dict) -> tuple[list[Loop], Optional[str]]:
-    r = con.execute("""select tid, sum(nbytes) from data_io where dir = 'write'
+    r = con.execute("""select tid, sum(nbytes) from all_data_io where dir = 'write'
                        group by tid order by 2 desc, 1 limit 1""").fetchone()
     if not r:
         return [], "no dataset reads and no file writes: nothing to judge"
@@ -250,6 +252,8 @@ def _checkpoint_only(con, threads: dict) -> tuple[list[Loop], Optional[str]]:
 # fetched): one bit per class of op, fd kind and file set.
 CALL_FLAGS = {
     "loader_op": READ_OPS + POLL_OPS + RECV_OPS + ("connect", "sendmsg"),
+    # io_uring and libaio requests: submission to completion, not time blocked
+    "async_op": ASYNC_READ_OPS + ASYNC_WRITE_OPS,
     "sleep_op": SLEEP_OPS,
     "wait_op": ("futex",) + POLL_OPS,
     "nfs_fetch_op": ("nfs_read", "nfs_readahead"),
@@ -396,7 +400,14 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
     pieces = [ivl.as_iv(c["ts_ns"][chan], c["end_ns"][chan])]
     if loop.how == "self-loading":      # its own dataset I/O (a consumer's own reads are not waits)
         own = c["is_data"] & ~c["is_ckpt"]
-        pieces.append(ivl.as_iv(c["ts_ns"][own], c["end_ns"][own]))
+        sync, aio = own & ~c["async_op"], own & c["async_op"]
+        pieces.append(ivl.as_iv(c["ts_ns"][sync], c["end_ns"][sync]))
+        # its io_uring or libaio requests in flight wait for it only while it
+        # is blocked (in io_uring_enter, io_getevents): in flight while it
+        # computes, they are prefetch
+        if aio.any():
+            pieces.append(ivl.intersect(ivl.union(ivl.as_iv(c["ts_ns"][aio], c["end_ns"][aio])),
+                                        ivl.union(_blocked(off))))
     if side:
         woken = np.isin(off["waker"], list(side))
         sl = c["sleep_op"]
@@ -441,10 +452,17 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
     runnable = _runnable(off)
     contention = _blocked(off, readers - {tid}) if tid in readers else ivl.EMPTY
     blocked = _blocked(off)
-    fetch = c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"]
+    fetch = (c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"]) & ~c["async_op"]
+    # io_uring and libaio requests in flight are a fetch only while the thread
+    # is blocked: on CPU meanwhile, it prepares
+    aio = c["is_data"] & ~c["is_ckpt"] & c["async_op"]
+    fetching = ivl.as_iv(c["ts_ns"][fetch], c["end_ns"][fetch])
+    if aio.any():
+        fetching = np.concatenate([fetching, ivl.intersect(
+            ivl.union(ivl.as_iv(c["ts_ns"][aio], c["end_ns"][aio])), ivl.union(blocked))])
     xfer = c["xfer_op"] & (c["is_pipe"] | c["is_socket"])
     layers = [blocked, contention, ivl.as_iv(c["ts_ns"][xfer], c["end_ns"][xfer]),
-              ivl.as_iv(c["ts_ns"][fetch], c["end_ns"][fetch]), runnable]
+              fetching, runnable]
     layers = [ivl.clip(x, lo, hi) for x in layers]
     bounds = np.unique(np.concatenate([eps.ravel()] + [x.ravel() for x in layers]))
     label = ivl.paint(bounds, layers)
@@ -578,7 +596,7 @@ def create_file_sets(con) -> None:
     # bytes per file first, the directory per file (not per read) after
     con.execute("""create or replace temp table data_files as
                    with fb as (select file_id, path, sum(nbytes) as b
-                               from data_io where dir = 'read' group by file_id, path),
+                               from all_data_io where dir = 'read' group by file_id, path),
                         f as (select file_id, coalesce(regexp_replace(path, '/[^/]*$', ''),
                                                        '#' || file_id) as d, b
                               from fb),
@@ -586,7 +604,7 @@ def create_file_sets(con) -> None:
                                  having sum(b) >= 0.01 * (select sum(b) from f))
                    select file_id from f where d in (select d from dirs)""")
     con.execute("""create or replace temp table ckpt_files as
-                   select file_id from data_io where dir = 'write'
+                   select file_id from all_data_io where dir = 'write'
                    group by file_id having sum(nbytes) >= 1048576""")
 
 

@@ -17,6 +17,8 @@
  *   (process, iocb address); the io_getevents that reaps an iocb writes its
  *   record with the result. The completion time is the reap (the kernel has
  *   no tracepoint at an aio completion).
+ * - Both mark the files they read (at submission) and write in job_files, so
+ *   that block.bpf.c charges to the job what kernel threads submit for them.
  * A separate object from iotrace.bpf.c: a kernel without io_uring still
  * traces system calls; it reuses the core's maps.
  */
@@ -29,6 +31,7 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define S_IFMT_ 0170000
+#define S_IFREG_ 0100000
 /* bits of io_kiocb.flags (an anonymous enum: no CO-RE relocation; the
  * same on 6.1 and 6.18) */
 #define REQ_F_FIXED_FILE_ (1ULL << 0)
@@ -57,6 +60,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define AIO_MAX_BATCH 256   /* iocbs of one io_submit, events of one io_getevents */
 
 #include "shared_maps.h"
+#include "task_state.h"
 #include "user_iov.h"
 
 /* One request between submission and completion. */
@@ -193,6 +197,74 @@ static __always_inline void file_identity(struct file *f, struct iot_event *e)
 	}
 }
 
+/* A task's open file by its fd (NULL where there is none). */
+static __always_inline struct file *fd_to_file(struct task_struct *task, int fd)
+{
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds, *f = NULL;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+/* The last file this CPU marked in job_files, and how. */
+struct marked {
+	__u64 ino;
+	__u32 dev;
+	__u32 tgid;
+	__u64 how;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct marked);
+} last_marked SEC(".maps");
+
+/*
+ * A regular file a request of the job reads or writes: what kernel threads
+ * submit for it is the job's (block.bpf.c): bios an I/O throttle held back
+ * and dispatches from a worker while the request waits, and writeback. Reads
+ * are marked at submission, before their bios exist. A ring or an aio
+ * context mostly works on one file at a time: the last file marked on this
+ * CPU is not looked up again.
+ */
+static __always_inline void mark_job_file(__u32 tgid, const struct iot_event *id, __u64 how)
+{
+	struct file_key k = {};
+	struct marked *m;
+	__u64 v = tgid | how, *known;
+	__u32 zero = 0;
+
+	if (id->imode != S_IFREG_ || !id->ino)
+		return;
+	m = bpf_map_lookup_elem(&last_marked, &zero);
+	if (m && m->ino == id->ino && m->dev == id->dev && m->tgid == tgid &&
+	    (m->how & how) == how)
+		return;
+	k.ino = id->ino;
+	k.dev = id->dev;
+	known = bpf_map_lookup_elem(&job_files, &k);
+	if (known && (__u32)*known == tgid)
+		v |= *known;
+	if (!known || *known != v)
+		bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
+	if (!m)
+		return;
+	if (m->ino == id->ino && m->dev == id->dev && m->tgid == tgid) {
+		m->how |= how;
+	} else {
+		m->ino = id->ino;
+		m->dev = id->dev;
+		m->tgid = tgid;
+		m->how = how;
+	}
+}
+
 /* ---- io_uring ----------------------------------------------------------- */
 
 static __always_inline __u16 uring_op(__u8 code)
@@ -248,6 +320,15 @@ static __always_inline int uring_submit(struct io_kiocb *req)
 			p.len = iov_bytes(addr, len, &p.eflags);
 		else
 			p.len = len;
+		/* the file is assigned at issue, after this tracepoint: looked
+		 * up by its fd (a registered file's read is marked at its
+		 * completion); the SQPOLL thread shares the job's fd table */
+		if (p.op == IOT_IO_URING_READ && !(flags & REQ_F_FIXED_FILE_)) {
+			struct iot_event id = {};
+
+			file_identity(fd_to_file(bpf_get_current_task_btf(), p.fd), &id);
+			mark_job_file(p.pid, &id, IOT_JOB_READ);
+		}
 	} else if (p.op == IOT_IO_URING_FSYNC) {
 		struct io_sync *sy = (void *)&req->cmd;
 
@@ -342,6 +423,9 @@ int BPF_PROG(iot_uring_complete, void *ctx_, void *req_)
 	e->eflags = p->eflags;
 	if (p->op != IOT_IO_URING_OPENAT && p->op != IOT_IO_URING_STATX && p->op != IOT_IO_URING_OTHER)
 		file_identity(BPF_CORE_READ(req, file), e);
+	/* a write's writeback comes after it */
+	if (p->op == IOT_IO_URING_READ || p->op == IOT_IO_URING_WRITE)
+		mark_job_file(p->pid, e, p->op == IOT_IO_URING_READ ? IOT_JOB_READ : IOT_JOB_WROTE);
 	if (b) {
 		len &= IOT_PATH_MAX - 1;
 		e->str_len = len;
@@ -356,18 +440,6 @@ out:
 }
 
 /* ---- libaio ------------------------------------------------------------- */
-
-static __always_inline struct file *fd_to_file(struct task_struct *task, int fd)
-{
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds, *f = NULL;
-
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
-	return f;
-}
 
 static __always_inline __u16 aio_op(__u16 cmd)
 {
@@ -420,6 +492,8 @@ static long submit_one(__u32 i, void *data)
 	p.dev = id.dev;
 	p.magic = id.fs_magic;
 	p.imode = id.imode;
+	if (p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE)
+		mark_job_file(p.pid, &id, p.op == IOT_AIO_READ ? IOT_JOB_READ : IOT_JOB_WROTE);
 	if (bpf_map_update_elem(&aio_reqs, &k, &p, BPF_ANY))
 		count(IOT_CNT_ASYNC_LOST);
 	return 0;

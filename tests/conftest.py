@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import iotrace
+from iotrace.abi import ASYNC_READ_OPS, READ_OPS, sql_list
 
 ROOT = Path(__file__).resolve().parent.parent
 IOTRACE = [sys.executable, "-m", "iotrace"]
@@ -144,6 +145,21 @@ def cold_throttled_reads(path: Path, bps: int = 0, iops: int = 0):
     finally:
         with contextlib.suppress(OSError):
             cg.rmdir()
+
+
+def from_first_ask(trace, path: Path, nbytes: int, rate: float, since: str) -> float:
+    """`rate` (nbytes over a span that starts at the first read request's
+    issue or completion: `since`) over a span that starts when the job first
+    asked for the file's data instead (a read call, or an io_uring or libaio
+    read's submission). The block layer sees a request only once
+    a throttle lets it go: the wait of the first one is in no request."""
+    (asked, issued, completed), = rows(trace, f"""
+        select min(e.ts_ns) filter (where e.op in {sql_list(READ_OPS + ASYNC_READ_OPS)}),
+               min(e.ts_ns) filter (where e.op = 'block_rq'),
+               min(e.ts_ns + e.dur_ns) filter (where e.op = 'block_rq')
+        from events e join files f using (file_id) where f.path = ?""", str(path))
+    start = {"issue": issued, "completion": completed}[since]
+    return nbytes / (nbytes / rate + max(start - asked, 0) / 1e9)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import evict, iotrace_cmd, needs_root, rows, scalar, trace_run
+from conftest import (cold_throttled_reads, evict, from_first_ask, iotrace_cmd, needs_root, rows,
+                      scalar, trace_run)
 
 pytestmark = [needs_root(),
               pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")]
@@ -147,8 +148,8 @@ def test_libaio_direct_reads_and_writes_exact(tmp_path, blockdir):
     # a whole fio request here: 16 KiB aligned)
     assert entry["cache_hit_bytes"] == 0 and entry["cache_miss_bytes"] == 0
     assert entry["direct_read_bytes"] == job["read"]["io_bytes"]
-    assert entry["device_read_bytes"] == job["read"]["io_bytes"]
-    assert entry["device_write_bytes"] == job["write"]["io_bytes"]
+    assert entry["device_read_bytes"] == job["read"]["io_bytes"], block_requests(trace)
+    assert entry["device_write_bytes"] == job["write"]["io_bytes"], block_requests(trace)
     assert trace.meta["counters"]["async_lost"] == 0
 
 
@@ -170,7 +171,86 @@ def test_io_uring_cold_buffered_reads_come_from_storage(tmp_path, blockdir):
     assert entry["by_interface"]["io_uring"]["read_bytes"] == size
     assert abs(entry["cache_miss_bytes"] - size) <= 0.05 * size
     assert entry["cache_hit_bytes"] <= 0.05 * size
-    assert entry["device_read_bytes"] >= 0.95 * size
+    assert entry["device_read_bytes"] >= 0.95 * size, block_requests(trace)
+
+
+def block_requests(trace) -> list:
+    """Who the trace's block requests went to, for a failure's message:
+    (pid, tid, eflags, file path, requests, bytes), and the drop counters."""
+    return rows(trace, """
+        select e.pid, e.tid, e.eflags, f.path, count(*), sum(e.req_bytes)
+        from events e left join files f using (file_id) where e.op = 'block_rq'
+        group by all order by all""") + [trace.meta.get("counters")]
+
+
+def report_json(out: Path) -> dict:
+    proc = iotrace_cmd("report", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@needs_uring
+@pytest.mark.parametrize("engine", ["io_uring", "libaio"])
+def test_throttled_async_buffered_reads(tmp_path, blockdir, engine):
+    """Buffered reads through a ring or io_submit from storage throttled to
+    12 MB/s: the throttle's worker thread dispatches the held-back requests
+    while the reads wait, and they are the job's (the file is marked at
+    submission). All of the file's bytes come from the device at the
+    throttle's rate, and the verdict finds fio's reading thread waiting for
+    them: blocked in io_uring_enter or io_getevents, not computing (fio's own
+    CPU use bounds the compute)."""
+    data = blockdir / "slow.bin"
+    with open(data, "wb") as f:
+        for _ in range(FILE_MB):
+            f.write(os.urandom(MIB))
+    size = data.stat().st_size
+    bps = 12 * 1000 * 1000
+    report = tmp_path / "fio.json"
+    with cold_throttled_reads(data, bps) as prefix:
+        proc, trace = trace_run(tmp_path / "trace", *prefix, "fio", "--name=job",
+                                f"--filename={data}", f"--size={FILE_MB}M",
+                                f"--ioengine={engine}", "--iodepth=4", "--rw=read", "--bs=128k",
+                                "--output-format=json", f"--output={report}")
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(report.read_text())["jobs"][0]
+    assert job["read"]["io_bytes"] == size
+    entry = summary_file(tmp_path, data)
+    assert entry["by_interface"][engine]["read_bytes"] == size
+    assert entry["device_read_bytes"] == size, block_requests(trace)
+    out = report_json(tmp_path / "trace")
+    found = {f["id"]: f for f in out["findings"]}
+    assert "device-at-limit" in found, sorted(found)
+    ev = found["device-at-limit"]["evidence"]
+    ceiling = from_first_ask(trace, data, ev["read_bytes"], ev["ceiling_bytes_per_s"],
+                             "completion")
+    assert abs(ceiling - bps) <= 0.10 * bps, (ceiling, ev)
+    v = out["verdict"]
+    (reader,), = rows(trace, "select distinct tid from events where op = ?",
+                      f"{'io_uring' if engine == 'io_uring' else 'aio'}_read")
+    assert [(lp["tid"], lp["how"]) for lp in v["loops"]] == [(reader, "self-loading")], v["loops"]
+    assert v["status"] == "io-bound", v["summary"]
+    cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100
+    assert v["data_wait_share"] >= 1 - cpu - 0.05, (v["data_wait_share"], cpu)
+    assert v["stall"]["fetch"] >= 0.9, v["stall"]
+    assert abs(v["read_bytes_per_s"] - bps) <= 0.2 * bps, v["read_bytes_per_s"]
+
+
+@needs_uring
+def test_async_reader_that_thinks_is_not_io_bound(tmp_path, datafile):
+    """fio reads through a ring from the page cache and sleeps 10 ms after
+    each of its 128 blocks (thinktime): requests in flight while it sleeps
+    are prefetch, not waits. The loop's sleep is fio's think time."""
+    datafile.read_bytes()   # warm
+    trace, job = fio(tmp_path, datafile, "--ioengine=io_uring", "--iodepth=4", "--rw=read",
+                     "--bs=128k", "--thinktime=10ms", "--thinktime_blocks=1")
+    blocks = job["read"]["total_ios"]
+    assert blocks == FILE_MB * MIB // (128 << 10)
+    v = report_json(tmp_path / "trace")["verdict"]
+    assert v["status"] == "not-io-bound", v["summary"]
+    assert v["loops"][0]["how"] == "self-loading", v["loops"]
+    sleep = v["time_budget_s"]["compute_sleep"]
+    assert 0.9 * blocks * 0.010 <= sleep <= 1.3 * blocks * 0.010, v["time_budget_s"]
+    assert v["data_wait_share"] <= 0.05, v["time_budget_s"]
 
 
 @needs_uring

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cold_throttled_reads, evict, iotrace_cmd, needs_root, rows, trace_run
+from conftest import (cold_throttled_reads, evict, from_first_ask, iotrace_cmd, needs_root, rows,
+                      trace_run)
 
-from iotrace.abi import READ_OPS, sql_list
 
 pytestmark = needs_root()
 
@@ -180,20 +180,6 @@ def findings_of(out: Path) -> dict:
     proc = iotrace_cmd("report", str(out), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     return {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
-
-
-def from_first_ask(trace, path: Path, nbytes: int, rate: float, since: str) -> float:
-    """`rate` (nbytes over a span that starts at the first read request's
-    issue or completion: `since`) over a span that starts when the job first
-    asked for the file's data instead. The block layer sees a request only once
-    a throttle lets it go: the wait of the first one is in no request."""
-    (asked, issued, completed), = rows(trace, f"""
-        select min(e.ts_ns) filter (where e.op in {sql_list(READ_OPS)}),
-               min(e.ts_ns) filter (where e.op = 'block_rq'),
-               min(e.ts_ns + e.dur_ns) filter (where e.op = 'block_rq')
-        from events e join files f using (file_id) where f.path = ?""", str(path))
-    start = {"issue": issued, "completion": completed}[since]
-    return nbytes / (nbytes / rate + max(start - asked, 0) / 1e9)
 
 
 def test_throttled_device_rate_and_its_finding(tmp_path, blockdir):
