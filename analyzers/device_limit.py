@@ -8,8 +8,11 @@ more devices or a faster tier (bandwidth-bound), or more requests in flight
 (when the queue is shallow).
 
 Over the job's completed block read requests (`block_rq`) of each device,
-from the first to the last completion (the reading span):
-  ceiling_bytes_per_s   read bytes / span (and ceiling_iops: requests / span)
+the reading span: from the completion that brings the bytes read to
+`span_trim_share` (1%) of the total to the one that brings them to 99% (a
+small stray read long before or after the bulk does not stretch it):
+  ceiling_bytes_per_s   bytes completed in the span / span (and ceiling_iops:
+                        requests / span)
   storage_wait_share    the share of the span during which a job thread was in
                         a read that missed the page cache or bypassed it
                         (O_DIRECT), in a major fault,
@@ -30,7 +33,7 @@ data waits in those reads (impact.py); warn without a training loop.
 """
 from __future__ import annotations
 
-from iotrace.abi import ASYNC_READ_OPS, EF_DIRECT, READ_OPS, sql_list
+from iotrace.abi import ASYNC_READ_OPS, EF_DIRECT, EF_NO_COMPLETION, READ_OPS, sql_list
 
 from iotrace.storage_io import REQ_OP_READ, device_name
 
@@ -46,13 +49,33 @@ STORAGE_WAIT_CALLS = (f"((e.op in {sql_list(READ_OPS)}"
                       f" or (e.op = 'page_fault' and e.ret > 0)"
                       f" or e.op in {sql_list(ASYNC_READ_OPS)})")
 
+# requests whose completion was seen (the others have no service time)
+TIMED = f"eflags & {EF_NO_COMPLETION} = 0"
+# Per device: all the job's read requests, and the reading span: from the
+# completion that brings the bytes read to `trim` of the total to the one that
+# brings them to 1 - trim, with the bytes and requests completed within it (a
+# stray small read long before or after the bulk, a config file or a
+# layout check, does not stretch the span).
 PER_DEVICE = f"""
-    select mode as dev, count(*) as n, sum(req_bytes) as bytes,
-           min(ts_ns + dur_ns) as first_ns, max(ts_ns + dur_ns) as last_ns,
-           median(dur_ns) as p50_ns, quantile_cont(dur_ns, 0.99) as p99_ns,
-           sum(dur_ns) as busy_ns
-    from events where op = 'block_rq' and ret = 0 and flags & 255 = {REQ_OP_READ}
-    group by mode order by bytes desc, dev"""
+    with rq as (select mode as dev, ts_ns + dur_ns as done, req_bytes, dur_ns, eflags
+                from events where op = 'block_rq' and ret = 0 and flags & 255 = {REQ_OP_READ}),
+    c as (select *, sum(req_bytes) over w as cum, count(*) over w as k,
+                 sum(req_bytes) over (partition by dev) as tot
+          from rq window w as (partition by dev order by done, req_bytes
+                               rows unbounded preceding)),
+    ends as (select dev, min(done) filter (where cum >= $trim * tot) as first_ns,
+                    min(done) filter (where cum >= (1 - $trim) * tot) as last_ns
+             from c group by dev)
+    select c.dev, count(*) as n, sum(req_bytes) as bytes, e.first_ns, e.last_ns,
+           max(k) filter (where done <= e.last_ns) - max(k) filter (where done <= e.first_ns)
+               as span_n,
+           max(cum) filter (where done <= e.last_ns) - max(cum) filter (where done <= e.first_ns)
+               as span_bytes,
+           median(dur_ns) filter (where {TIMED}) as p50_ns,
+           quantile_cont(dur_ns, 0.99) filter (where {TIMED}) as p99_ns,
+           sum(dur_ns) filter (where done > e.first_ns and done <= e.last_ns) as busy_ns
+    from c join ends e using (dev)
+    group by c.dev, e.first_ns, e.last_ns order by bytes desc, c.dev"""
 
 
 def covered_ns(ctx: Context, lo: int, hi: int) -> int:
@@ -67,17 +90,19 @@ def covered_ns(ctx: Context, lo: int, hi: int) -> int:
 def run(ctx: Context) -> list[Finding]:
     th = ctx.th("device-at-limit")
     out = []
-    for dev, n, nbytes, first, last, p50, p99, busy_ns in ctx.rows(PER_DEVICE):
-        span_ns = last - first
+    per_device = PER_DEVICE.replace("$trim", repr(float(th["span_trim_share"])))
+    for dev, n, nbytes, first, last, span_n, span_bytes, p50, p99, busy_ns \
+            in ctx.rows(per_device):
+        span_ns = (last - first) if first is not None and last is not None else 0
         if nbytes < th["min_read_bytes"] or span_ns < th["min_span_s"] * 1e9:
             continue
         wait_share = covered_ns(ctx, first, last) / span_ns
         if wait_share < th["min_wait_share"]:
             continue
         span_s = span_ns / 1e9
-        rate, iops = nbytes / span_s, n / span_s
+        rate, iops = span_bytes / span_s, span_n / span_s
         mean_req = nbytes / n
-        depth = busy_ns / span_ns
+        depth = (busy_ns or 0) / span_ns
         iops_bound = mean_req < th["iops_request_bytes"]
         name = device_name(ctx.meta, dev)
         kind = ("IOPS-bound: many small requests" if iops_bound
@@ -107,7 +132,8 @@ def run(ctx: Context) -> list[Finding]:
                       "mean_request_bytes": round(mean_req),
                       "bound": "iops" if iops_bound else "bandwidth",
                       "device_busy_share": round(depth, 3),
-                      "service_ms_p50": round(p50 / 1e6, 3), "service_ms_p99": round(p99 / 1e6, 3),
+                      "service_ms_p50": round(p50 / 1e6, 3) if p50 is not None else None,
+                      "service_ms_p99": round(p99 / 1e6, 3) if p99 is not None else None,
                       "span_s": round(span_s, 3)},
             examples=[{"ts_ns": int(first), "pid": 0, "tid": 0,
                        "what": f"first read request completed on {name}"}],
@@ -120,6 +146,6 @@ RULE = Rule(
     title="Block device at its limit",
     question="Is a device delivering a flat maximum while the job waits on it?",
     thresholds={"min_read_bytes": 16 << 20, "min_span_s": 1.0, "min_wait_share": 0.8,
-                "iops_request_bytes": 64 << 10},
+                "iops_request_bytes": 64 << 10, "span_trim_share": 0.01},
     run=run,
 )

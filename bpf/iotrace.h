@@ -180,8 +180,32 @@ enum iot_op {
 #define IOT_EF_DIRECT    256  /* the call's file was open with O_DIRECT (f_flags at entry;
 				 io_uring: at completion): its data bypass the page cache */
 
+#define IOT_EF_NO_COMPLETION 512 /* block_rq: the request's completion was not seen (the
+				   kernel skipped iotrace's probe, or the request was in
+				   flight when the trace ended): dur_ns 0, req_bytes = the
+				   bytes it was issued with */
+
 /* O_DIRECT in struct file's f_flags: x86_64's (asm-generic) value */
 #define IOT_O_DIRECT 040000
+
+/* A block request of the job between its issue and its completion
+ * (block.bpf.c's `requests` map, keyed by the request's address; the
+ * recorder reads what is left in it when the trace ends). */
+struct iot_block_owner {
+	__u64 queued_ts;   /* first bio submitted */
+	__u64 issue_ts;
+	__u64 ino;
+	__u64 sector;      /* at issue */
+	__u32 bytes;       /* at issue */
+	__u32 dev;         /* file's superblock dev_t */
+	__u32 magic;
+	__u32 pid;
+	__u32 tid;
+	__u32 bdev;        /* the block device's dev_t */
+	__u32 cmd_flags;   /* at issue */
+	__u16 imode;
+	__u16 eflags;
+};
 
 /* iot_event.flags of IOT_TLS_* records */
 #define IOT_TLS_LIB_OPENSSL 1
@@ -232,6 +256,8 @@ enum iot_counter {
 	IOT_CNT_PROF_OVERFLOW,  /* profile mode: calls that found the aggregate table
 				   full (added to prof_lost by op, without their key) */
 	IOT_CNT_PROF_RATE_LOST, /* profile mode: calls that found the per-second table full */
+	IOT_CNT_BLOCK_NO_COMPLETION, /* block requests recorded without their completion
+					(found when their request slot was reused) */
 	IOT_CNT_MAX
 };
 

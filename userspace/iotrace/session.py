@@ -416,7 +416,12 @@ class Session:
             self.meta["probes"]["verbs_libraries_not_probed"] = other
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
-                          "cache_other_bytes", "block_lost", "async_lost", "unknown_records")})
+                          "cache_other_bytes", "block_lost", "async_lost", "unknown_records",
+                          "probe_misses", "block_no_completion")})
+        # runs of a BPF program the kernel skipped (it was already running on
+        # that CPU): their records are lost, by program
+        if end.get("probe_misses_by_prog"):
+            self.meta["probes"]["misses_by_program"] = end["probe_misses_by_prog"]
         if self.profile:   # calls without their key, or missing from the rates
             counters["profile_overflow"] = end.get("profile_overflow", 0)
             counters["profile_rate_lost"] = end.get("profile_rate_lost", 0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .abi import ASYNC_READ_OPS, EF_DIRECT, READ_OPS, WRITE_OPS, sql_list
+from .abi import ASYNC_READ_OPS, EF_DIRECT, EF_NO_COMPLETION, READ_OPS, WRITE_OPS, sql_list
 
 PAGE = 4096
 REQ_OP_READ, REQ_OP_WRITE = 0, 1
@@ -76,10 +76,10 @@ order by read_bytes + write_bytes + dev_read + dev_write desc, f.path
 """
 
 # Requests in flight per device: +1 at issue, -1 at completion, running sum.
-DEVICES_SQL = """
+DEVICES_SQL = f"""
 with rq as (
     select mode as dev, ts_ns, ts_ns + dur_ns as end_ns, dur_ns, arg as queue_ns,
-           req_bytes, flags & 255 as kind
+           req_bytes, flags & 255 as kind, eflags & {EF_NO_COMPLETION} = 0 as timed
     from events where op = 'block_rq'),
 edges as (
     select dev, ts_ns as t, 1 as d from rq
@@ -93,8 +93,8 @@ select r.dev,
        coalesce(sum(req_bytes) filter (where kind = 0), 0) as read_bytes,
        count(*) filter (where kind = 1) as writes,
        coalesce(sum(req_bytes) filter (where kind = 1), 0) as write_bytes,
-       median(dur_ns) / 1e6 as service_ms_p50,
-       quantile_cont(dur_ns, 0.99) / 1e6 as service_ms_p99,
+       median(dur_ns) filter (where timed) / 1e6 as service_ms_p50,
+       quantile_cont(dur_ns, 0.99) filter (where timed) / 1e6 as service_ms_p99,
        median(queue_ns) / 1e6 as queue_ms_p50,
        (select max(n) from depth d where d.dev = r.dev) as max_in_flight,
        (max(end_ns) - min(ts_ns)) / 1e9 as span_s

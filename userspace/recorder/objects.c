@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "iotrace.h"
@@ -490,6 +491,78 @@ void detach_all_probes(void)
 		verbs_probes[i].in_multi = false;
 	for (size_t s = 0; s < sizeof(probe_sets) / sizeof(probe_sets[0]); s++)
 		detach_probes(probe_sets[s].p, probe_sets[s].n);
+}
+
+unsigned long long block_unfinished(const struct optional_objects *o,
+				    int (*emit)(void *ctx, void *data, size_t size))
+{
+	struct iot_block_owner own;
+	__u64 key, *prev = NULL;
+	unsigned long long n = 0;
+	int fd;
+
+	if (!o->block)
+		return 0;
+	fd = bpf_map__fd(o->block->maps.requests);
+	while (!bpf_map_get_next_key(fd, prev, &key)) {
+		prev = &key;
+		if (bpf_map_lookup_elem(fd, &key, &own))
+			continue;
+		/* block.bpf.c's fill_block_record, with no completion */
+		struct iot_event e = {
+			.ts_ns = own.issue_ts, .arg = own.issue_ts - own.queued_ts,
+			.offset = (__s64)(own.sector << 9), .req_bytes = own.bytes,
+			.ino = own.ino, .dev = own.dev, .fs_magic = own.magic,
+			.pid = (__s32)own.pid, .tid = (__s32)own.tid, .fd = -1, .dirfd = -1,
+			.flags = own.cmd_flags, .mode = own.bdev, .op = IOT_BLOCK_RQ,
+			.imode = own.imode, .eflags = own.eflags | IOT_EF_NO_COMPLETION,
+		};
+		emit(NULL, &e, sizeof(e));
+		n++;
+	}
+	return n;
+}
+
+/* One object's programs that the kernel skipped at least once. */
+static size_t misses_append(struct bpf_object *obj, char *buf, size_t len, size_t off,
+			    unsigned long long *total)
+{
+	struct bpf_program *prog;
+
+	if (!obj)
+		return off;
+	bpf_object__for_each_program(prog, obj) {
+		struct bpf_prog_info info = {};
+		__u32 ilen = sizeof(info);
+		int fd = bpf_program__fd(prog);
+
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &ilen) || !info.recursion_misses)
+			continue;
+		*total += info.recursion_misses;
+		if (off < len)
+			off += (size_t)snprintf(buf + off, len - off, "%s\"%s\":%llu",
+						off > 1 ? "," : "", bpf_program__name(prog),
+						(unsigned long long)info.recursion_misses);
+	}
+	return off;
+}
+
+void probe_misses_json(struct bpf_object *core, const struct optional_objects *o,
+		       char *buf, size_t len, unsigned long long *total)
+{
+	size_t off = (size_t)snprintf(buf, len, "{");
+
+	*total = 0;
+	off = misses_append(core, buf, len, off, total);
+	off = misses_append(o->block ? o->block->obj : NULL, buf, len, off, total);
+	off = misses_append(o->aio ? o->aio->obj : NULL, buf, len, off, total);
+	off = misses_append(o->netfs ? o->netfs->obj : NULL, buf, len, off, total);
+	off = misses_append(o->rdma ? o->rdma->obj : NULL, buf, len, off, total);
+	off = misses_append(o->verbs ? o->verbs->obj : NULL, buf, len, off, total);
+	if (off < len)
+		snprintf(buf + off, len - off, "}");
+	else
+		snprintf(buf, len, "{}");   /* cut: the total still counts them all */
 }
 
 void destroy_optional_objects(struct optional_objects *o)

@@ -41,6 +41,19 @@ const char *probed_verbs_library(void);
  * {probe, why}. */
 void all_probes_json(char *buf, size_t len, bool attached);
 void detach_all_probes(void);
+/* The job's block requests left in the in-flight table when the trace
+ * ends (still in flight, or completed where the kernel did not run the
+ * completion probe), handed to emit as block_rq records flagged
+ * IOT_EF_NO_COMPLETION; returns how many. Call after the probes are
+ * detached. */
+unsigned long long block_unfinished(const struct optional_objects *o,
+				    int (*emit)(void *ctx, void *data, size_t size));
+/* Runs of the loaded programs that the kernel skipped because the same
+ * program was already running on that CPU (an interrupt's completion inside
+ * another's, for instance): a JSON object of program name -> count, and the
+ * total. Their records are lost. */
+void probe_misses_json(struct bpf_object *core, const struct optional_objects *o,
+		       char *buf, size_t len, unsigned long long *total);
 void destroy_optional_objects(struct optional_objects *o);
 
 #endif

@@ -1072,8 +1072,11 @@ open_core:
 	 * their records now. */
 	memset(skel->bss->traced_slot, 0, sizeof(skel->bss->traced_slot));
 	detach_all_probes();
-	if (!sp.failed)
+	unsigned long long unfinished = 0;
+	if (!sp.failed) {
 		ring_buffer__consume(rb);
+		unfinished = block_unfinished(&extra, on_record);
+	}
 	if (opt.profile && !sp.failed &&
 	    (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates, ~0u, &ptot) < 0 ||
 	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
@@ -1107,6 +1110,9 @@ open_core:
 	static char drops_json[8192];
 	getrusage(RUSAGE_SELF, &ru);
 	drops_by_op_json(skel, drops_json, sizeof(drops_json));
+	static char misses_json[4096];
+	unsigned long long misses;
+	probe_misses_json(skel->obj, &extra, misses_json, sizeof(misses_json), &misses);
 	status("{\"type\":\"end\",\"reason\":\"%s\",\"elapsed_ns\":%llu,\"events\":%llu,"
 	       "\"cpu_s\":%.3f,"
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
@@ -1114,6 +1120,7 @@ open_core:
 	       "\"kernel_capped\":%llu,\"cache_other_bytes\":%llu,\"block_lost\":%llu,"
 	       "\"async_lost\":%llu,\"profile_calls\":%llu,\"profile_overflow\":%llu,"
 	       "\"profile_rate_lost\":%llu,\"drops_by_op\":%s,"
+	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
@@ -1132,6 +1139,8 @@ open_core:
 	       (unsigned long long)ptot.calls,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_OVERFLOW),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
+	       misses, misses_json,
+	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)

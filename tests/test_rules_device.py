@@ -1,0 +1,89 @@
+"""device-at-limit and the device summary on synthetic traces, where the
+device's rate is known by construction: the reading span does not stretch
+for a stray read before the bulk, and requests recorded without their
+completion (eflags NO_COMPLETION, dur_ns 0) count their bytes but give no
+service time. The real throttled runs are in test_storage.py and
+test_async_io.py."""
+from __future__ import annotations
+
+from synth import ev, synth_trace
+
+from iotrace.abi import EF_NO_COMPLETION
+from iotrace.analyzers.base import Targets
+from iotrace.analyzers.report import build_report
+from iotrace.storage_io import files_and_devices
+
+KiB, MiB = 1 << 10, 1 << 20
+DEV = (254 << 20) | 0           # the kernel's dev_t of 254:0
+RATE = 12e6                     # bytes/s the synthetic device delivers
+SERVICE = 2_000_000             # ns each completed request spends in the device
+
+
+def throttled_reader(tmp_path, stray: bool, unseen: int = 0):
+    """A job reads 20 MiB in 1 MiB preads that miss the page cache, each
+    waiting for its one block request: the device completes one every
+    1 MiB / RATE. `stray`: a 28 KiB read of another file 2 s before the
+    bulk. `unseen`: that many requests (every third) recorded without their
+    completion."""
+    events = []
+    t = 3_000_000_000
+    step = int(MiB / RATE * 1e9)
+    if stray:
+        events.append(ev("pread64", ts=t - 2_000_000_000, dur=SERVICE, fd=4, off=0,
+                         req=28 * KiB, ret=28 * KiB, file_id=1, arg=28 * KiB))
+        events.append(ev("block_rq", ts=t - 2_000_000_000, dur=SERVICE, fd=-1, off=0,
+                         req=28 * KiB, ret=0, file_id=1, mode=DEV))
+    left = unseen
+    for i in range(20):
+        events.append(ev("pread64", ts=t, dur=step, fd=3, off=i * MiB, req=MiB, ret=MiB,
+                         file_id=0, arg=MiB))
+        issue = t + step - SERVICE
+        if left and i % 3 == 1:
+            left -= 1
+            events.append(ev("block_rq", ts=issue, dur=0, fd=-1, off=i * MiB, req=MiB,
+                             ret=0, file_id=0, mode=DEV, eflags=EF_NO_COMPLETION))
+        else:
+            events.append(ev("block_rq", ts=issue, dur=SERVICE, fd=-1, off=i * MiB, req=MiB,
+                             ret=0, file_id=0, mode=DEV))
+        t += step
+    assert left == 0
+    return synth_trace(tmp_path, events, files=[(0, "/data/train.bin"), (1, "/etc/job.yaml")])
+
+
+def device_finding(trace) -> dict:
+    r = build_report(trace, Targets(), only=["device-at-limit"])
+    assert r.errors == []
+    found = [f for f in r.findings if f.id == "device-at-limit"]
+    assert len(found) == 1, [f.title for f in found]
+    return found[0].evidence
+
+
+def test_ceiling_is_the_rate_of_the_bulk(tmp_path):
+    """Without the stray read the span is the bulk's; with it, the span and
+    the ceiling stay the same (over the whole first-to-last span the rate
+    would read 20 MiB / 3.7 s = 5.7 MB/s)."""
+    plain = device_finding(throttled_reader(tmp_path / "plain", stray=False))
+    stray = device_finding(throttled_reader(tmp_path / "stray", stray=True))
+    for ev_ in (plain, stray):
+        assert abs(ev_["ceiling_bytes_per_s"] - RATE) <= 0.01 * RATE, ev_
+        assert ev_["storage_wait_share"] >= 0.99, ev_
+        assert ev_["bound"] == "bandwidth"
+    assert stray["read_bytes"] == plain["read_bytes"] + 28 * KiB
+    assert stray["span_s"] == plain["span_s"]
+
+
+def test_requests_without_their_completion(tmp_path):
+    """Three of the twenty requests were recorded without their completion:
+    their bytes count in the device's and the file's totals, their zero
+    duration in no service time."""
+    trace = throttled_reader(tmp_path, stray=False, unseen=3)
+    ev_ = device_finding(trace)
+    assert ev_["read_bytes"] == 20 * MiB and ev_["requests"] == 20
+    assert ev_["service_ms_p50"] == ev_["service_ms_p99"] == SERVICE / 1e6
+    assert abs(ev_["ceiling_bytes_per_s"] - RATE) <= 0.01 * RATE, ev_
+    s = files_and_devices(trace)
+    dev, = s["devices"]
+    assert (dev["read_bytes"], dev["reads"]) == (20 * MiB, 20)
+    assert dev["service_ms_p50"] == SERVICE / 1e6
+    data = next(f for f in s["files"] if f["path"] == "/data/train.bin")
+    assert data["device_read_bytes"] == 20 * MiB
