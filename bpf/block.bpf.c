@@ -220,9 +220,13 @@ int BPF_PROG(iot_rq_issue, struct request *rq)
 	 * own event fires). Recorded without it, not lost. */
 	old = bpf_map_lookup_elem(&requests, &key);
 	if (old) {
-		struct iot_event *e = reserve_event();
+		struct iot_event *e;
 
+		/* counted before the reservation: a call between the
+		 * reservation's two NULL checks made 6.1's verifier take the
+		 * second for a path that keeps the reservation */
 		count(IOT_CNT_BLOCK_NO_COMPLETION);
+		e = reserve_event();
 		if (e) {
 			fill_block_record(e, old);
 			e->eflags |= IOT_EF_NO_COMPLETION;
