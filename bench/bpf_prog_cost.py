@@ -1,7 +1,7 @@
 """Per-program cost of iotrace's BPF programs on a workload (the kernel's
 bpf_stats: run count and run time of each program), printed as a table.
 
-    sudo .venv/bin/python bench/bpf_prog_cost.py [--reps 3] [-- COMMAND ...]
+    sudo .venv/bin/python bench/bpf_prog_cost.py [--reps 3] [--profile] [-- COMMAND ...]
 
 Default workload: fio, 4 KiB random psync reads of a 64 MiB file in the page
 cache (--invalidate=0; the worst case: the call itself is ~1.5 us). The kernel counts only
@@ -36,10 +36,10 @@ def iot_programs() -> dict[str, tuple[int, int]]:
     return out
 
 
-def one_run(cmd: list[str], out: Path) -> tuple[dict, float]:
+def one_run(cmd: list[str], out: Path, mode: list[str]) -> tuple[dict, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "iotrace", "run", "-q", "--no-node-summary",
-                             "--force", "-o", str(out), "--", *cmd],
+                             "--force", *mode, "-o", str(out), "--", *cmd],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     last: dict = {}
     while proc.poll() is None:
@@ -54,6 +54,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--profile", action="store_true",
+                    help="trace with iotrace run --profile (in-kernel sums, no per-call records)")
     ap.add_argument("command", nargs="*")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="iotrace-bpfcost-"))
@@ -72,11 +74,12 @@ def main() -> None:
     runs = []
     try:
         for _ in range(args.reps):
-            runs.append(one_run(cmd, work / "trace"))
+            runs.append(one_run(cmd, work / "trace", ["--profile"] if args.profile else []))
     finally:
         STATS.write_text(before + "\n")
     names = sorted({n for r, _ in runs for n in r})
-    print(f"BPF program cost, {args.reps} runs of: {' '.join(cmd)[:100]}")
+    print(f"BPF program cost{' (--profile)' if args.profile else ''}, {args.reps} runs of: "
+          f"{' '.join(cmd)[:100]}")
     print(f"{'program':<28} {'runs':>12} {'ns/run':>8} {'ms total':>10} {'of run wall':>12}")
     rows = []
     for n in names:
