@@ -8,6 +8,7 @@ ext4 on a loop device: its /tmp is tmpfs).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+import iotrace
+
 from conftest import (cold_throttled_reads, evict, from_first_ask, iotrace_cmd, needs_root, rows,
-                      trace_run)
+                      scalar, trace_run)
 
 
 pytestmark = needs_root()
@@ -326,3 +329,80 @@ def test_page_cache_finding_on_a_warm_run_only(tmp_path, blockdir):
     assert f["evidence"]["read_bytes"] == 10 * size
     assert f["evidence"]["hit_share"] >= 0.9
     assert f["files"][0]["path"] == str(data)
+
+
+@contextlib.contextmanager
+def loop_ext4(image: Path, mib: int = 64):
+    """An ext4 on a loop device over `image`, mounted; the loop device reads
+    its backing file with O_DIRECT, so each of its requests waits on the
+    backing file's device (and on a throttle of that device)."""
+    subprocess.run(["truncate", "-s", f"{mib}M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    lo = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", str(image)],
+                        capture_output=True, text=True)
+    if lo.returncode:
+        pytest.skip(f"no loop device: {lo.stderr.strip()}")
+    dev, mnt = lo.stdout.strip(), image.parent / "mnt"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        try:
+            yield mnt
+        finally:
+            subprocess.run(["umount", str(mnt)])
+    finally:
+        subprocess.run(["losetup", "-d", dev])
+
+
+@pytest.mark.skipif(shutil.which("losetup") is None or shutil.which("mkfs.ext4") is None,
+                    reason="losetup or mkfs.ext4 missing")
+def test_requests_in_flight_when_tracing_ends_are_kept(tmp_path):
+    """A trace that ends while block requests are in flight keeps them, with
+    what they were issued with (eflags NO_COMPLETION, dur_ns 0, counted in
+    counters.block_no_completion). dd reads 1 MiB at a time with O_DIRECT
+    from an ext4 on a loop device whose backing file is read through a
+    1 MB/s throttle: each read's requests stay in flight for up to a second,
+    one read follows the other at once, and `attach --duration` ends mid-read.
+    So the requests left at the end are the last read's (issued together,
+    1 MiB in all with those of it that finished), and every read's bytes are
+    whole."""
+    with loop_ext4(tmp_path / "disk.img") as mnt:
+        data = random_file(mnt / "data.bin", 8)
+        evict(data)   # written back first: dd's direct reads would flush it
+        with cold_throttled_reads(tmp_path / "disk.img", 1_000_000) as prefix:
+            dd = subprocess.Popen([*prefix, "dd", f"if={data}", "of=/dev/null", "bs=1M",
+                                   "iflag=direct", "status=none"])
+            try:
+                out = tmp_path / "t"
+                proc = iotrace_cmd("attach", "-q", "--pid", str(dd.pid), "--duration", "2.5",
+                                   "-o", str(out))
+                assert proc.returncode == 0, proc.stderr
+                assert dd.poll() is None, "dd ended before the trace did"
+            finally:
+                dd.kill()
+                dd.wait()
+        trace = iotrace.open_trace(out)
+        requests = rows(trace, """
+            select e.eflags & 512 != 0 as unfinished, count(*), sum(e.req_bytes),
+                   count(*) filter (where e.dur_ns > 0), min(f.path), max(f.path)
+            from events e left join files f using (file_id)
+            where e.op = 'block_rq' and e.flags & 255 = 0 group by 1 order by 1""")
+        assert [r[0] for r in requests] == [False, True], requests
+        (_, done, done_bytes, done_timed, *done_paths), (_, n, nbytes, timed, *paths) = requests
+        assert 0 < nbytes <= MIB and timed == 0, requests
+        assert paths == [str(data)] * 2 and done_paths == [str(data)] * 2, requests
+        assert done == done_timed and (done_bytes + nbytes) % MIB == 0, requests
+        # the last read: its requests were issued within a millisecond
+        last_read = scalar(trace, """
+            with b as (select ts_ns, req_bytes, eflags from events
+                       where op = 'block_rq' and flags & 255 = 0)
+            select sum(req_bytes) from b where ts_ns >= (
+                select min(ts_ns) - 1000000 from b where eflags & 512 != 0)""")
+        assert last_read == MIB, requests
+        assert trace.meta["counters"]["block_no_completion"] == n
+        # the device's bytes count both; its service times only the finished ones
+        dev = max(summary(out)["devices"], key=lambda d: d["read_bytes"])
+        assert dev["read_bytes"] == done_bytes + nbytes, dev
+        p50 = scalar(trace, """select median(dur_ns) / 1e6 from events
+                              where op = 'block_rq' and eflags & 512 = 0""")
+        assert dev["service_ms_p50"] == pytest.approx(p50) and p50 > 0, dev
