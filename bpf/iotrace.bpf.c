@@ -551,8 +551,11 @@ static __always_inline int path_args(__u16 op, int *second)
 	return -1;
 }
 
-static __always_inline void fill_common(struct iot_event *e, struct inflight *st, __u16 op,
-					__u64 now, __u64 pid_tgid, long ret)
+/* A call's record from its entry state. user: the call's own task is the
+ * current one, so its user memory (iovecs, timespecs, open_how) can be read;
+ * the end-of-trace iterator runs in the recorder and leaves those out. */
+static __always_inline void fill_call(struct iot_event *e, struct inflight *st, __u16 op,
+				      __u64 now, __u64 pid_tgid, long ret, bool user)
 {
 	__u64 *a = st->a;
 
@@ -589,7 +592,7 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		break;
 	case IOT_READV: case IOT_WRITEV:
 		e->fd = a[0];
-		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
+		e->req_bytes = user ? iov_bytes(a[1], a[2], &e->eflags) : 0;
 		e->offset = st->pos;
 		e->mode = st->xmode;
 		break;
@@ -600,12 +603,12 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		break;
 	case IOT_PREADV: case IOT_PWRITEV:
 		e->fd = a[0];
-		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
+		e->req_bytes = user ? iov_bytes(a[1], a[2], &e->eflags) : 0;
 		e->offset = a[3];
 		break;
 	case IOT_PREADV2: case IOT_PWRITEV2:
 		e->fd = a[0];
-		e->req_bytes = iov_bytes(a[1], a[2], &e->eflags);
+		e->req_bytes = user ? iov_bytes(a[1], a[2], &e->eflags) : 0;
 		e->offset = (__s64)a[3] == -1 ? st->pos : (__s64)a[3];
 		e->flags = a[5];
 		break;
@@ -700,12 +703,12 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		e->req_bytes = a[2];
 		break;
 	case IOT_NANOSLEEP:
-		e->arg = timespec_ns(a[0]);
+		e->arg = user ? timespec_ns(a[0]) : 0;
 		break;
 	case IOT_CLOCK_NANOSLEEP:
 		e->mode = a[0];
 		e->flags = a[1];
-		e->arg = timespec_ns(a[2]);
+		e->arg = user ? timespec_ns(a[2]) : 0;
 		break;
 	case IOT_RECVFROM: case IOT_SENDTO:
 		e->fd = a[0];
@@ -716,7 +719,7 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 	case IOT_RECVMSG: case IOT_SENDMSG: {
 		struct user_msghdr m = {};
 		e->fd = a[0];
-		if (!bpf_probe_read_user(&m, sizeof(m), (void *)a[1]))
+		if (user && !bpf_probe_read_user(&m, sizeof(m), (void *)a[1]))
 			e->req_bytes = iov_bytes((__u64)m.msg_iov, m.msg_iovlen, &e->eflags);
 		e->flags = a[2];
 		e->mode = st->xmode;
@@ -750,7 +753,8 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		break;
 	case IOT_OPENAT2: {
 		struct open_how how = {};
-		bpf_probe_read_user(&how, sizeof(how), (void *)a[2]);
+		if (user)
+			bpf_probe_read_user(&how, sizeof(how), (void *)a[2]);
 		e->dirfd = a[0];
 		e->flags = how.flags;
 		e->mode = how.mode;
@@ -790,6 +794,12 @@ static __always_inline void fill_common(struct iot_event *e, struct inflight *st
 		e->flags = op == IOT_RENAMEAT2 ? a[4] : 0;
 		break;
 	}
+}
+
+static __always_inline void fill_common(struct iot_event *e, struct inflight *st, __u16 op,
+					__u64 now, __u64 pid_tgid, long ret)
+{
+	fill_call(e, st, op, now, pid_tgid, ret, true);
 }
 
 static __always_inline int emit_plain(struct inflight *st, __u16 op, __u64 now, __u64 pid_tgid,
@@ -1121,6 +1131,40 @@ int BPF_PROG(iot_ff_##fn, struct pt_regs *regs)					\
 IOT_FLUSH_HOOKS(IOT_FENTRY_FLUSH)
 
 /* ---- lock contention --------------------------------------------------- */
+
+/* ---- calls in progress when the trace ends ---------------------------- */
+
+/* When the recorder stopped the trace (emptied the traced slots), set just
+ * before it runs iot_unfinished. */
+__u64 stop_ns = 0;
+
+/*
+ * Run once by the recorder after the trace has stopped: every thread whose
+ * system call entered but had not returned by stop_ns (a read on a hung
+ * mount, a wait for a batch) gets a record of it, with eflags
+ * IOT_EF_UNFINISHED, dur_ns up to stop_ns and ret 0, written to the
+ * iterator's output (not the ring buffer). Its arguments in user memory
+ * (iovecs, timespecs) are not read: that memory is not the recorder's.
+ */
+SEC("iter/task")
+int iot_unfinished(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct inflight *st;
+	struct iot_event e = {};
+	__u64 pid_tgid;
+
+	if (!task)
+		return 0;
+	st = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (!st || !st->op || !st->ts || st->ts >= stop_ns)
+		return 0;
+	pid_tgid = (__u64)task->tgid << 32 | (__u32)task->pid;
+	fill_call(&e, st, st->op, stop_ns, pid_tgid, 0, false);
+	e.eflags |= IOT_EF_UNFINISHED;
+	bpf_seq_write(ctx->meta->seq, &e, sizeof(e));
+	return 0;
+}
 
 SEC("tp_btf/contention_begin")
 int BPF_PROG(iot_lock_begin, void *lock, unsigned int flags)

@@ -185,6 +185,9 @@ enum iot_op {
 				   flight when the trace ended): dur_ns 0, req_bytes = the
 				   bytes it was issued with */
 
+#define IOT_EF_UNFINISHED 1024 /* a system call still in progress when the trace stopped:
+				  dur_ns runs to the stop, ret is 0 (not returned) */
+
 /* O_DIRECT in struct file's f_flags: x86_64's (asm-generic) value */
 #define IOT_O_DIRECT 040000
 

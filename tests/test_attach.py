@@ -2,8 +2,11 @@
 opened before the attach (from /proc), and children forked after it."""
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -293,3 +296,46 @@ def test_slurm_prolog_and_epilog_scripts(tmp_path):
                             where e.op in ('read', 'pread64') and f.path like ?""",
                   f"{d}/%") == 13
     assert not (tmp_path / "run" / f"{job}.pid").exists()
+
+
+def test_calls_in_progress_when_the_trace_ends(tmp_path):
+    """A read of an empty pipe and a 100 s sleep, both entered after the
+    attach and not returned when it is stopped (SIGINT): each is in the trace
+    once, flagged UNFINISHED, with ret 0 and its arguments, lasting to the
+    moment tracing stopped; the summary names them. No other call is."""
+    target = subprocess.Popen([sys.executable, str(WORKLOADS / "blocked_at_end.py"),
+                               str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert target.stdout.readline().strip() == "ready"
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
+                               "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        (tmp_path / "go").touch()
+        _, fd, sleeper = target.stdout.readline().split()
+        time.sleep(0.5)
+        tracer.send_signal(signal.SIGINT)
+        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+        assert target.poll() is None
+    finally:
+        target.kill()
+        tracer.kill()
+    trace = iotrace.open_trace(out)
+    got = rows(trace, """select op, tid, fd, req_bytes, ret, fd_kind, ts_ns, ts_ns + dur_ns
+                         from events where eflags & 1024 != 0 order by op""")
+    assert [g[:2] for g in got] == [("clock_nanosleep", int(sleeper)), ("read", target.pid)], got
+    assert got[1][2:6] == (int(fd), 4096, 0, "pipe"), got
+    assert got[0][4] == 0, got
+    # both run to the stop, after every call that returned (the print that
+    # said "blocked" among them)
+    (stop,) = {g[7] for g in got}
+    printed = scalar(trace, """select max(ts_ns + dur_ns) from events
+                               where op = 'write' and eflags & 1024 = 0 and pid = ?""",
+                     target.pid)
+    assert got[1][6] >= printed and stop > printed + 0.3e9, (got, printed)
+    assert scalar(trace, "select max(ts_ns + dur_ns) from events where eflags & 1024 = 0") \
+        <= stop
+    assert trace.meta["counters"]["calls_unfinished"] == 2
+    summ = json.loads(subprocess.run([*IOTRACE, "summary", "--format", "json", str(out)],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert sorted(c["op"] for c in summ["unfinished_calls"]) == ["clock_nanosleep", "read"]

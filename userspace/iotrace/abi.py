@@ -133,6 +133,7 @@ EF_NET_ADDR = 64     # connect: payload = the peer's sockaddr
 EF_FUSE = 128        # a FUSE daemon's read (request) or write (reply) of /dev/fuse
 EF_DIRECT = 256      # the call's file was open with O_DIRECT (schema 1.7)
 EF_NO_COMPLETION = 512   # block_rq: its completion was not seen: dur_ns 0 (schema 1.8)
+EF_UNFINISHED = 1024     # a call not returned when the trace stopped: ret 0 (schema 1.9)
 
 # O_DIRECT in open flags, by meta.json `arch` (asm-generic's is 0o40000)
 O_DIRECT_BY_ARCH = {"x86_64": 0o40000, "i686": 0o40000, "aarch64": 0o200000,

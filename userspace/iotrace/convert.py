@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .abi import (ANON_INODE_FS_MAGIC, EF_NET_ADDR, EF_NET_DATA, EVENT_DTYPE,
+from .abi import (ANON_INODE_FS_MAGIC, EF_NET_ADDR, EF_NET_DATA, EF_UNFINISHED, EVENT_DTYPE,
                   NAMED_PAYLOAD_OPS, OP, OP_NAMES,
                   S_IFBLK, S_IFCHR,
                   S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK)
@@ -127,6 +127,8 @@ def convert(recs: np.ndarray, payloads: dict[int, bytes], model: Model) -> pa.Ta
     in_range = ops < len(OP_NAMES)
     is_model = np.zeros(n, dtype=bool)
     is_model[in_range] = MODEL_OPS[ops[in_range]]
+    # a call that had not returned when the trace stopped changed nothing yet
+    is_model &= (recs["eflags"] & EF_UNFINISHED) == 0
     overrides: dict[int, int] = {}
     for i in np.flatnonzero(is_model):
         e = recs[i]

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import platform
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from .doctor import skipped_by_reason
-from .abi import EVENT_DTYPE, FAILED_SQL, WRITE_OPS, sql_list
+from .abi import EF_UNFINISHED, EVENT_DTYPE, FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .endpoints import endpoints
 from .storage_io import files_and_devices
@@ -34,6 +34,9 @@ class Summary:
     top_files: list
     counters: dict
     calls: int = 0       # a profile's calls, summed in kernel (events are what it kept)
+    # the longest calls still in progress when tracing stopped:
+    # (op, file or fd kind, seconds, pid, tid)
+    unfinished: list = field(default_factory=list)
 
 
 def _profile_sums(t: Trace, top: int):
@@ -92,7 +95,12 @@ def summarize(t: Trace, top: int = 5) -> Summary:
         threads=t.con.execute("select count(*) from threads").fetchone()[0],
         drops=int(meta.get("drops") or 0),
         duration_s=(meta.get("duration_ns") or 0) / 1e9,
-        ops=ops, top_files=top_files, counters=meta.get("counters", {}))
+        ops=ops, top_files=top_files, counters=meta.get("counters", {}),
+        unfinished=t.con.execute(f"""
+            select e.op, coalesce(f.path, e.path, e.fd_kind, ''), e.dur_ns / 1e9, e.pid, e.tid
+            from events e left join files f using (file_id)
+            where e.eflags & {EF_UNFINISHED} != 0
+            order by e.dur_ns desc, e.tid limit 3""").fetchall())
 
 
 def unconverted_records(root: Path) -> int:
@@ -145,8 +153,17 @@ def print_summary(t: Trace, console: Console) -> None:
         console.print(f"  [red]records dropped[/red] (ring buffer full) in {secs:.1f} s of the "
                       f"{s.duration_s:.1f} s traced ({secs / span:.0%}): counts there are lower "
                       "bounds; raise --ringbuf-mb")
-    # page-cache bytes added outside reads and faults are not a loss: shown below
-    lost = {k: v for k, v in s.counters.items() if v and k != "cache_other_bytes"}
+    # page-cache bytes added outside reads and faults are not a loss: shown
+    # below; nor are calls in progress at the end (in the trace, shown here)
+    lost = {k: v for k, v in s.counters.items()
+            if v and k not in ("cache_other_bytes", "calls_unfinished")}
+    if s.unfinished:
+        n = s.counters.get("calls_unfinished", len(s.unfinished))
+        longest = "; ".join(f"{op}{' of ' + what if what else ''} for {secs:.2f} s "
+                            f"(pid {pid}, thread {tid})"
+                            for op, what, secs, pid, tid in s.unfinished)
+        console.print(f"  [yellow]calls in progress when tracing stopped:[/yellow] {n:,} "
+                      f"(eflags UNFINISHED), the longest: {longest}")
     if lost:
         console.print("  [yellow]not resolved or cut:[/yellow] "
                       + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in lost.items()))
@@ -255,6 +272,8 @@ def summary_json(t: Trace) -> dict:
         "bytes_read": s.bytes_read,
         "bytes_written": s.bytes_written, "processes": s.processes, "threads": s.threads,
         "counters": s.counters,
+        "unfinished_calls": [{"op": op, "what": what, "seconds": secs, "pid": pid, "tid": tid}
+                             for op, what, secs, pid, tid in s.unfinished],
         "ops": [{"op": op, "calls": calls, "bytes": nbytes, "time_s": time_s,
                  "errors": errors} for op, calls, nbytes, time_s, errors in s.ops],
         **files_and_devices(t),

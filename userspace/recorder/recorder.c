@@ -477,6 +477,53 @@ static __u64 now_ns(void)
 	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+/*
+ * The traced system calls that had entered but not returned when the trace
+ * stopped at `stop` (bpf_ktime_get_ns's clock), one record each from the
+ * iot_unfinished task iterator, emitted like the ring buffer's records.
+ * Returns how many, or -1 when the iterator could not run (said once).
+ */
+static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
+				   int (*emit)(void *ctx, void *data, size_t size))
+{
+	char buf[64 * sizeof(struct iot_event)];
+	struct bpf_link *link;
+	long long n = 0;
+	size_t have = 0;
+	ssize_t got;
+	int fd;
+
+	skel->bss->stop_ns = stop;
+	link = bpf_program__attach_iter(skel->progs.iot_unfinished, NULL);
+	fd = link ? bpf_iter_create(bpf_link__fd(link)) : -1;
+	if (fd < 0) {
+		say("cannot list the calls in progress when tracing stopped: %s "
+		    "(the trace has none of them)", strerror(errno));
+		bpf_link__destroy(link);
+		return -1;
+	}
+	/* the iterator's output comes in pieces that may cut a record */
+	while ((got = read(fd, buf + have, sizeof(buf) - have)) > 0) {
+		size_t done = 0;
+
+		have += (size_t)got;
+		for (; have - done >= sizeof(struct iot_event); done += sizeof(struct iot_event)) {
+			emit(NULL, buf + done, sizeof(struct iot_event));
+			n++;
+		}
+		memmove(buf, buf + done, have - done);
+		have -= done;
+	}
+	if (got < 0) {
+		say("listing the calls in progress when tracing stopped failed: %s",
+		    strerror(errno));
+		n = -1;
+	}
+	close(fd);
+	bpf_link__destroy(link);
+	return n;
+}
+
 /* A process found in the followed cgroup: traced from now on (its children
  * are followed in kernel); the first time, said on the status channel so
  * that iotrace reads its command line and open files. */
@@ -1070,12 +1117,17 @@ open_core:
 	 * waits for an RCU-tasks grace period on the way out (a fraction of a
 	 * second each, over a hundred links); emptying the traced slots stops
 	 * their records now. */
+	__u64 stop = now_ns();
 	memset(skel->bss->traced_slot, 0, sizeof(skel->bss->traced_slot));
 	detach_all_probes();
 	unsigned long long unfinished = 0;
+	long long calls_open = 0;
 	if (!sp.failed) {
 		ring_buffer__consume(rb);
 		unfinished = block_unfinished(&extra, on_record);
+		/* a profile has no per-call records to add them to */
+		if (!opt.profile)
+			calls_open = calls_in_progress(skel, stop, on_record);
 	}
 	if (opt.profile && !sp.failed &&
 	    (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates, ~0u, &ptot) < 0 ||
@@ -1121,6 +1173,7 @@ open_core:
 	       "\"async_lost\":%llu,\"profile_calls\":%llu,\"profile_overflow\":%llu,"
 	       "\"profile_rate_lost\":%llu,\"drops_by_op\":%s,"
 	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
+	       "\"calls_unfinished\":%lld,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
@@ -1141,6 +1194,7 @@ open_core:
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
 	       misses, misses_json,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
+	       calls_open,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
