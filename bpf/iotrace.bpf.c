@@ -401,60 +401,28 @@ static __always_inline void mark_job_file(struct inflight *st, __u32 tgid, __u64
 	st->jf_dev = st->dev;
 }
 
-/* A system call's entry: op is 0 for a call iotrace does not record (the
- * syscall tracepoint sees them all) or the call's op (an fentry program's
- * constant, which lets the compiler keep only that op's code). */
-static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
+/* Whether a call of op with arguments a is one iotrace records: only waits
+ * are lock waits, only the dup flavours of fcntl alias fds, only file
+ * mappings are mmaps of files. */
+static __always_inline bool recorded_call(__u16 op, const __u64 *a)
 {
-	struct task_struct *task;
-	struct inflight *st;
-	__u32 tgid;
-	__u64 a[6];
-
-	tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!maybe(tgid))
-		return 0;
-	/* any system call ends a pending page fault, and the cached mapping */
-	task = bpf_get_current_task_btf();
-	st = bpf_task_storage_get(&inflight, task, 0, 0);
-	if (st) {
-		if (st->fault_ts)
-			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
-		if (st->fill_ts)
-			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
-		st->vma_end = 0;   /* the call may change the mappings */
-	}
-	if (!op || !is_traced(tgid))
-		return 0;
-
-	/* tp_btf and fentry: regs is a BTF pointer, read directly (no helper call). */
-	a[0] = regs->di;
-	a[1] = regs->si;
-	a[2] = regs->dx;
-	a[3] = regs->r10;
-	a[4] = regs->r8;
-	a[5] = regs->r9;
-
-	/* Only waits are lock waits; only the dup flavours of fcntl alias fds. */
 	if (op == IOT_FUTEX) {
 		__u32 cmd = a[1] & FUTEX_CMD_MASK_;
-		if (cmd != 0 && cmd != 6 && cmd != 9 && cmd != 11 && cmd != 13)
-			return 0;
-	} else if (op == IOT_FCNTL) {
-		if (a[1] != F_DUPFD_ && a[1] != F_DUPFD_CLOEXEC_)
-			return 0;
-	} else if (op == IOT_MMAP) {
-		if ((a[3] & MAP_ANONYMOUS_) || (__s32)a[4] < 0)
-			return 0;
+		return cmd == 0 || cmd == 6 || cmd == 9 || cmd == 11 || cmd == 13;
 	}
+	if (op == IOT_FCNTL)
+		return a[1] == F_DUPFD_ || a[1] == F_DUPFD_CLOEXEC_;
+	if (op == IOT_MMAP)
+		return !(a[3] & MAP_ANONYMOUS_) && (__s32)a[4] >= 0;
+	return true;
+}
 
-	if (!st)
-		st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!st) {
-		count(IOT_CNT_NO_STORAGE);
-		return 0;
-	}
-	st->op = op;
+/* A call's entry state but its op and start: its arguments, and the file
+ * identity of its fd. user: task is the current task, whose memory (a
+ * pollfd, an offset pointer) can be read; the attach-time iterator's is not. */
+static __always_inline void enter_call(struct task_struct *task, struct inflight *st, __u16 op,
+				       const __u64 *a, __u32 tgid, bool user)
+{
 	st->cache_added = 0;
 	st->eflags = 0;
 	st->pos = -1;
@@ -494,12 +462,12 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 		break;
 	case IOT_COPY_FILE_RANGE:
 		fd_identity(task, a[0], st, true);
-		if (a[1])
+		if (user && a[1])
 			bpf_probe_read_user(&st->pos, sizeof(st->pos), (void *)a[1]);
 		break;
 	case IOT_SENDFILE:
 		fd_identity(task, a[1], st, true);
-		if (a[2])
+		if (user && a[2])
 			bpf_probe_read_user(&st->pos, sizeof(st->pos), (void *)a[2]);
 		break;
 	case IOT_FADVISE64: case IOT_FALLOCATE: case IOT_FTRUNCATE:
@@ -511,19 +479,65 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 	case IOT_POLL: case IOT_PPOLL: {
 		int fd = -1;
 		/* the first pollfd: a loader polls its one result pipe */
-		if (a[1] && !bpf_probe_read_user(&fd, sizeof(fd), (void *)a[0]) && fd >= 0)
+		if (user && a[1] && !bpf_probe_read_user(&fd, sizeof(fd), (void *)a[0]) && fd >= 0)
 			fd_identity(task, fd, st, false);
 		st->pos = fd;   /* carried to the exit in the unused position slot */
 		break;
 	}
 	case IOT_SELECT: case IOT_PSELECT6:
-		st->pos = first_fd_set(a[0], a[1]);
+		st->pos = user ? first_fd_set(a[0], a[1]) : -1;
 		if (st->pos >= 0)
 			fd_identity(task, st->pos, st, false);
 		break;
 	}
 	if (op <= IOT_PREADV2)
 		mark_job_file(st, tgid, IOT_JOB_READ);
+}
+
+/* A system call's entry: op is 0 for a call iotrace does not record (the
+ * syscall tracepoint sees them all) or the call's op (an fentry program's
+ * constant, which lets the compiler keep only that op's code). */
+static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
+{
+	struct task_struct *task;
+	struct inflight *st;
+	__u32 tgid;
+	__u64 a[6];
+
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!maybe(tgid))
+		return 0;
+	/* any system call ends a pending page fault, and the cached mapping */
+	task = bpf_get_current_task_btf();
+	st = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (st) {
+		if (st->fault_ts)
+			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		if (st->fill_ts)
+			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		st->vma_end = 0;   /* the call may change the mappings */
+	}
+	if (!op || !is_traced(tgid))
+		return 0;
+
+	/* tp_btf and fentry: regs is a BTF pointer, read directly (no helper call). */
+	a[0] = regs->di;
+	a[1] = regs->si;
+	a[2] = regs->dx;
+	a[3] = regs->r10;
+	a[4] = regs->r8;
+	a[5] = regs->r9;
+	if (!recorded_call(op, a))
+		return 0;
+
+	if (!st)
+		st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(IOT_CNT_NO_STORAGE);
+		return 0;
+	}
+	st->op = op;
+	enter_call(task, st, op, a, tgid, true);
 	st->ts = bpf_ktime_get_ns();
 	return 0;
 }
@@ -1134,6 +1148,8 @@ IOT_FLUSH_HOOKS(IOT_FENTRY_FLUSH)
 
 /* ---- calls in progress when the trace ends ---------------------------- */
 
+#define ENOSYS_ 38
+
 /* When the recorder stopped the trace (emptied the traced slots), set just
  * before it runs iot_unfinished. */
 __u64 stop_ns = 0;
@@ -1159,10 +1175,83 @@ int iot_unfinished(struct bpf_iter__task *ctx)
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
 	if (!st || !st->op || !st->ts || st->ts >= stop_ns)
 		return 0;
+	/* A call asleep when an attach began: fexit does not see the return of
+	 * a call that entered before its trampoline existed, and one that woke
+	 * while iot_in_progress set its state may have returned unseen: its
+	 * state may outlive it. Still in progress if the thread is asleep in
+	 * that same call. */
+	if (st->eflags & IOT_EF_BEGAN_BEFORE) {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+		if (task->__state == 0 || !regs || (long)regs->ax != -ENOSYS_ ||
+		    regs->orig_ax != st->sysnr)
+			return 0;
+	}
 	pid_tgid = (__u64)task->tgid << 32 | (__u32)task->pid;
 	fill_call(&e, st, st->op, stop_ns, pid_tgid, 0, false);
 	e.eflags |= IOT_EF_UNFINISHED;
 	bpf_seq_write(ctx->meta->seq, &e, sizeof(e));
+	return 0;
+}
+
+/* When tracing started, set before the recorder runs iot_in_progress. */
+__u64 start_ns = 0;
+
+/*
+ * Run once by the recorder when an attach has its processes: every thread of
+ * theirs that is asleep inside a system call iotrace records (a read of a
+ * hung mount, a wait for a batch) gets that call's entry state, as if its
+ * entry had been seen when tracing started, with eflags IOT_EF_BEGAN_BEFORE.
+ * Its return, during the trace, is then recorded as any call's, and a call
+ * still asleep at the end is listed by iot_unfinished. A thread is inside a
+ * system call when its entry registers say so: orig_ax holds the call's
+ * number and ax the -ENOSYS the kernel puts there until the call returns (a
+ * page fault leaves ax as the program had it). A running thread is taken to
+ * be in user space: its call, if any, is about to return.
+ */
+SEC("iter/task")
+int iot_in_progress(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct inflight *st;
+	struct pt_regs *regs;
+	__u32 tgid;
+	__u64 a[6];
+	long nr;
+	__u16 op;
+
+	if (!task || task->__state == 0 /* TASK_RUNNING */)
+		return 0;
+	tgid = task->tgid;
+	if (!is_traced(tgid))
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	nr = regs->orig_ax;
+	if ((long)regs->ax != -ENOSYS_ || nr < 0 || nr >= IOT_MAX_SYSCALLS)
+		return 0;
+	op = sys_op[nr];
+	if (!op)
+		return 0;
+	a[0] = regs->di;
+	a[1] = regs->si;
+	a[2] = regs->dx;
+	a[3] = regs->r10;
+	a[4] = regs->r8;
+	a[5] = regs->r9;
+	if (!recorded_call(op, a))
+		return 0;
+	st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st || st->op)   /* its entry was seen: it entered after the probes */
+		return 0;
+	enter_call(task, st, op, a, tgid, false);
+	st->eflags |= IOT_EF_BEGAN_BEFORE;
+	st->sysnr = nr;
+	st->ts = start_ns;
+	/* last: the call's exit takes the state once op is set */
+	st->op = op;
+	bpf_seq_write(ctx->meta->seq, &op, sizeof(op));
 	return 0;
 }
 

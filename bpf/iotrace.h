@@ -188,6 +188,10 @@ enum iot_op {
 #define IOT_EF_UNFINISHED 1024 /* a system call still in progress when the trace stopped:
 				  dur_ns runs to the stop, ret is 0 (not returned) */
 
+#define IOT_EF_BEGAN_BEFORE 2048 /* a system call already in progress when an attach began
+				    tracing: ts_ns is when tracing began, dur_ns a lower
+				    bound */
+
 /* O_DIRECT in struct file's f_flags: x86_64's (asm-generic) value */
 #define IOT_O_DIRECT 040000
 

@@ -21,7 +21,7 @@ struct inflight {
 	__u16 imode;
 	__u16 op;         /* the call in flight (0: none) */
 	__u16 eflags;
-	__u16 pad16;
+	__u16 sysnr;      /* eflags BEGAN_BEFORE: the call's system call number */
 	__u32 xmode;      /* the fd's kind detail: socket family or char/block dev_t */
 	__u32 pad2;
 	__u64 lock_ts;

@@ -339,3 +339,47 @@ def test_calls_in_progress_when_the_trace_ends(tmp_path):
     summ = json.loads(subprocess.run([*IOTRACE, "summary", "--format", "json", str(out)],
                                      capture_output=True, text=True, check=True).stdout)
     assert sorted(c["op"] for c in summ["unfinished_calls"]) == ["clock_nanosleep", "read"]
+
+
+def test_calls_in_progress_when_the_attach_begins(tmp_path):
+    """A read of a pipe and a 100 s sleep, both asleep before the attach: the
+    read, which returns during the trace, is recorded whole (5 bytes, its fd,
+    pipe) from when tracing began (eflags BEGAN_BEFORE); the sleep, still
+    asleep at the stop, is both BEGAN_BEFORE and UNFINISHED; a second read,
+    entered during the trace, is UNFINISHED only. With fentry hooks the first
+    read is not seen (fexit misses the return of a call that entered before
+    its trampoline)."""
+    target = subprocess.Popen([sys.executable, str(WORKLOADS / "asleep_at_attach.py")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _, sleeper = target.stdout.readline().split()
+    time.sleep(0.3)   # the main thread asleep in its read
+    out = tmp_path / "trace"
+    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
+                               "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        target.stdin.write("hello")
+        target.stdin.flush()
+        assert target.stdout.readline().split() == ["got", "5"]
+        time.sleep(0.5)
+        tracer.send_signal(signal.SIGINT)
+        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+    finally:
+        target.kill()
+        tracer.kill()
+    trace = iotrace.open_trace(out)
+    got = rows(trace, """select op, tid, eflags & 3072, fd, req_bytes, ret, fd_kind, ts_ns
+                         from events where eflags & 3072 != 0 order by ts_ns, op""")
+    first = min(r[0] for r in rows(trace, "select ts_ns from events where eflags & 3072 = 0"))
+    began, asleep, later = 2048, 2048 | 1024, 1024
+    if trace.meta["probes"].get("syscall_hooks") == "fentry":
+        got.insert(1, ("read", target.pid, began, 0, 100, 5, "pipe", got[0][7]))
+    assert [g[:3] for g in got] == [("clock_nanosleep", int(sleeper), asleep),
+                                    ("read", target.pid, began),
+                                    ("read", target.pid, later)], got
+    assert got[1][3:7] == (0, 100, 5, "pipe"), got
+    assert got[2][3:7] == (0, 100, 0, "pipe"), got
+    # the two that began before: from when tracing began, before anything else
+    assert got[0][7] == got[1][7] <= first, (got, first)
+    assert (trace.meta["counters"]["calls_began_before"],
+            trace.meta["counters"]["calls_unfinished"]) == (2, 2)

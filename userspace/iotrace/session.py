@@ -420,12 +420,15 @@ class Session:
                           "probe_misses", "block_no_completion")})
         # system calls entered but not returned when the trace stopped: their
         # records carry eflags UNFINISHED (-1: the recorder could not list them)
-        open_calls = end.get("calls_unfinished", 0)
-        counters["calls_unfinished"] = max(open_calls, 0)
-        if open_calls < 0:
-            self.meta["probes"].setdefault("skipped", []).append(
-                {"probe": "calls in progress when tracing stopped (task iterator)",
-                 "why": "the kernel refused the iterator: such calls are not in the trace"})
+        # and those an attach's processes were asleep in when it began
+        # (eflags BEGAN_BEFORE)
+        for key, when in (("calls_unfinished", "stopped"), ("calls_began_before", "started")):
+            n = end.get(key, 0)
+            counters[key] = max(n, 0)
+            if n < 0:
+                self.meta["probes"].setdefault("skipped", []).append(
+                    {"probe": f"calls in progress when tracing {when} (task iterator)",
+                     "why": "the kernel refused the iterator: such calls are not in the trace"})
         # runs of a BPF program the kernel skipped (it was already running on
         # that CPU): their records are lost, by program
         if end.get("probe_misses_by_prog"):

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .doctor import skipped_by_reason
-from .abi import EF_UNFINISHED, EVENT_DTYPE, FAILED_SQL, WRITE_OPS, sql_list
+from .abi import EF_BEGAN_BEFORE, EF_UNFINISHED, EVENT_DTYPE, FAILED_SQL, WRITE_OPS, sql_list
 from .analyzers.rates import human_bytes
 from .endpoints import endpoints
 from .storage_io import files_and_devices
@@ -35,7 +35,8 @@ class Summary:
     counters: dict
     calls: int = 0       # a profile's calls, summed in kernel (events are what it kept)
     # the longest calls still in progress when tracing stopped:
-    # (op, file or fd kind, seconds, pid, tid)
+    # (op, file or fd kind, seconds, pid, tid, began before an attach: seconds
+    # is a lower bound)
     unfinished: list = field(default_factory=list)
 
 
@@ -97,7 +98,9 @@ def summarize(t: Trace, top: int = 5) -> Summary:
         duration_s=(meta.get("duration_ns") or 0) / 1e9,
         ops=ops, top_files=top_files, counters=meta.get("counters", {}),
         unfinished=t.con.execute(f"""
-            select e.op, coalesce(f.path, e.path, e.fd_kind, ''), e.dur_ns / 1e9, e.pid, e.tid
+            select e.op, coalesce(f.path, e.path, nullif(e.fd_kind, 'none'), ''), e.dur_ns / 1e9,
+                   e.pid, e.tid,
+                   e.eflags & {EF_BEGAN_BEFORE} != 0
             from events e left join files f using (file_id)
             where e.eflags & {EF_UNFINISHED} != 0
             order by e.dur_ns desc, e.tid limit 3""").fetchall())
@@ -156,12 +159,13 @@ def print_summary(t: Trace, console: Console) -> None:
     # page-cache bytes added outside reads and faults are not a loss: shown
     # below; nor are calls in progress at the end (in the trace, shown here)
     lost = {k: v for k, v in s.counters.items()
-            if v and k not in ("cache_other_bytes", "calls_unfinished")}
+            if v and k not in ("cache_other_bytes", "calls_unfinished", "calls_began_before")}
     if s.unfinished:
         n = s.counters.get("calls_unfinished", len(s.unfinished))
-        longest = "; ".join(f"{op}{' of ' + what if what else ''} for {secs:.2f} s "
+        longest = "; ".join(f"{op}{' of ' + what if what else ''} for "
+                            f"{'at least ' if before else ''}{secs:.2f} s "
                             f"(pid {pid}, thread {tid})"
-                            for op, what, secs, pid, tid in s.unfinished)
+                            for op, what, secs, pid, tid, before in s.unfinished)
         console.print(f"  [yellow]calls in progress when tracing stopped:[/yellow] {n:,} "
                       f"(eflags UNFINISHED), the longest: {longest}")
     if lost:
@@ -272,8 +276,9 @@ def summary_json(t: Trace) -> dict:
         "bytes_read": s.bytes_read,
         "bytes_written": s.bytes_written, "processes": s.processes, "threads": s.threads,
         "counters": s.counters,
-        "unfinished_calls": [{"op": op, "what": what, "seconds": secs, "pid": pid, "tid": tid}
-                             for op, what, secs, pid, tid in s.unfinished],
+        "unfinished_calls": [{"op": op, "what": what, "seconds": secs, "pid": pid, "tid": tid,
+                              "began_before": before}
+                             for op, what, secs, pid, tid, before in s.unfinished],
         "ops": [{"op": op, "calls": calls, "bytes": nbytes, "time_s": time_s,
                  "errors": errors} for op, calls, nbytes, time_s, errors in s.ops],
         **files_and_devices(t),

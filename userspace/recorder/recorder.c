@@ -478,28 +478,24 @@ static __u64 now_ns(void)
 }
 
 /*
- * The traced system calls that had entered but not returned when the trace
- * stopped at `stop` (bpf_ktime_get_ns's clock), one record each from the
- * iot_unfinished task iterator, emitted like the ring buffer's records.
- * Returns how many, or -1 when the iterator could not run (said once).
+ * Runs a task iterator program once and hands each rec_size record of its
+ * output to emit (NULL: records are only counted). Returns how many, or -1
+ * when the iterator could not run (errno says why).
  */
-static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
-				   int (*emit)(void *ctx, void *data, size_t size))
+static long long iter_run(struct bpf_program *prog, size_t rec_size,
+			  int (*emit)(void *ctx, void *data, size_t size))
 {
 	char buf[64 * sizeof(struct iot_event)];
-	struct bpf_link *link;
+	struct bpf_link *link = bpf_program__attach_iter(prog, NULL);
+	int fd = link ? bpf_iter_create(bpf_link__fd(link)) : -1;
 	long long n = 0;
 	size_t have = 0;
 	ssize_t got;
-	int fd;
 
-	skel->bss->stop_ns = stop;
-	link = bpf_program__attach_iter(skel->progs.iot_unfinished, NULL);
-	fd = link ? bpf_iter_create(bpf_link__fd(link)) : -1;
 	if (fd < 0) {
-		say("cannot list the calls in progress when tracing stopped: %s "
-		    "(the trace has none of them)", strerror(errno));
+		int e = errno;
 		bpf_link__destroy(link);
+		errno = e;
 		return -1;
 	}
 	/* the iterator's output comes in pieces that may cut a record */
@@ -507,20 +503,47 @@ static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
 		size_t done = 0;
 
 		have += (size_t)got;
-		for (; have - done >= sizeof(struct iot_event); done += sizeof(struct iot_event)) {
-			emit(NULL, buf + done, sizeof(struct iot_event));
-			n++;
-		}
+		for (; have - done >= rec_size; done += rec_size, n++)
+			if (emit)
+				emit(NULL, buf + done, rec_size);
 		memmove(buf, buf + done, have - done);
 		have -= done;
 	}
-	if (got < 0) {
-		say("listing the calls in progress when tracing stopped failed: %s",
-		    strerror(errno));
+	if (got < 0)
 		n = -1;
-	}
 	close(fd);
 	bpf_link__destroy(link);
+	return n;
+}
+
+/* The traced system calls that had entered but not returned when the trace
+ * stopped at `stop` (bpf_ktime_get_ns's clock): a record each
+ * (iot_unfinished), emitted like the ring buffer's. How many, or -1. */
+static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
+				   int (*emit)(void *ctx, void *data, size_t size))
+{
+	long long n;
+
+	skel->bss->stop_ns = stop;
+	n = iter_run(skel->progs.iot_unfinished, sizeof(struct iot_event), emit);
+	if (n < 0)
+		say("cannot list the calls in progress when tracing stopped: %s "
+		    "(the trace has none of them)", strerror(errno));
+	return n;
+}
+
+/* The system calls the processes of an attach are asleep in when tracing
+ * starts at `start`: their state is set as if their entry had been seen
+ * then (iot_in_progress), so that their return is recorded. How many, or -1. */
+static long long calls_at_start(struct iotrace_bpf *skel, __u64 start)
+{
+	long long n;
+
+	skel->bss->start_ns = start;
+	n = iter_run(skel->progs.iot_in_progress, sizeof(__u16), NULL);
+	if (n < 0)
+		say("cannot find the calls in progress when tracing started: %s "
+		    "(those calls are not in the trace)", strerror(errno));
 	return n;
 }
 
@@ -756,6 +779,7 @@ int main(int argc, char **argv)
 	struct prof_totals ptot = {};
 	const char *stop_reason = "done";
 	__s64 extra_live = 0;
+	long long calls_before = 0;   /* an attach: calls its processes were asleep in */
 
 	if (parse_args(argc, argv))
 		return EXIT_USAGE;
@@ -972,6 +996,7 @@ open_core:
 		if (opt.follow_cgroup)
 			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
 		add_descendants(skel);
+		calls_before = calls_at_start(skel, now_ns());
 	}
 	/* Processes traced besides the command (its own tree counts 1 now). */
 	extra_live = opt.cmd ? skel->bss->live_procs - 1 : 0;
@@ -1173,7 +1198,7 @@ open_core:
 	       "\"async_lost\":%llu,\"profile_calls\":%llu,\"profile_overflow\":%llu,"
 	       "\"profile_rate_lost\":%llu,\"drops_by_op\":%s,"
 	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
-	       "\"calls_unfinished\":%lld,"
+	       "\"calls_unfinished\":%lld,\"calls_began_before\":%lld,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
@@ -1194,7 +1219,7 @@ open_core:
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
 	       misses, misses_json,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
-	       calls_open,
+	       calls_open, calls_before,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
