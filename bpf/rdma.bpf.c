@@ -54,12 +54,25 @@ struct rdma_event {
 	char s[PAYLOAD_MAX];
 };
 
+/* A record is built in per-CPU scratch, one per nesting level: a program
+ * run from a completion interrupt (a CQ's) can interrupt another program's
+ * record on that CPU, and with one buffer it overwrote it (the interrupted
+ * record was lost and the interrupting one written twice). */
+#define SCRATCH_LEVELS 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SCRATCH_LEVELS);
+	__type(key, __u32);
+	__type(value, struct rdma_event);
+} rdma_scratch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct rdma_event);
-} rdma_scratch SEC(".maps");
+	__type(value, __u32);
+} rdma_depth SEC(".maps");
 
 struct rate { __u64 window; __u32 n; };
 
@@ -88,14 +101,27 @@ static __always_inline __u64 attempt_key(__s32 owner, __u32 xid)
 	return ((__u64)(__u32)owner << 32) | xid;
 }
 
-/* A zeroed record for op, owned by pid (0: the kernel), now. */
+/* A zeroed record for op, owned by pid (0: the kernel), now, in this
+ * nesting level's scratch; submit() hands it over and leaves the level. */
 static __always_inline struct rdma_event *start(__u16 op, __s32 pid)
 {
-	__u32 zero = 0;
-	struct rdma_event *b = bpf_map_lookup_elem(&rdma_scratch, &zero);
+	__u32 zero = 0, level;
+	__u32 *depth = bpf_map_lookup_elem(&rdma_depth, &zero);
+	struct rdma_event *b;
 
+	if (!depth)
+		return NULL;
+	level = *depth;
+	if (level >= SCRATCH_LEVELS) {
+		count(IOT_CNT_DROPS);
+		return NULL;
+	}
+	b = bpf_map_lookup_elem(&rdma_scratch, &level);
 	if (!b)
 		return NULL;
+	/* an interrupting program runs to its end before this goes on: it
+	 * finds this level taken from here, and leaves it as it found it */
+	*depth = level + 1;
 	__builtin_memset(&b->ev, 0, sizeof(b->ev));
 	b->ev.ts_ns = bpf_ktime_get_ns();
 	b->ev.op = op;
@@ -109,8 +135,14 @@ static __always_inline struct rdma_event *start(__u16 op, __s32 pid)
 
 static __always_inline void submit(struct rdma_event *b)
 {
+	__u32 zero = 0;
+	__u32 *depth;
+
 	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (b->ev.str_len & (PAYLOAD_MAX - 1)), 0))
 		count(IOT_CNT_DROPS);
+	depth = bpf_map_lookup_elem(&rdma_depth, &zero);
+	if (depth && *depth)
+		*depth -= 1;
 }
 
 /* A resource owner of the job (0, the kernel, never is). */
