@@ -417,6 +417,18 @@ static __always_inline bool recorded_call(__u16 op, const __u64 *a)
 	return true;
 }
 
+/* A system call's six arguments from its entry registers (a BTF pointer:
+ * tp_btf, fentry, bpf_task_pt_regs; read directly, no helper call). */
+static __always_inline void syscall_args(const struct pt_regs *regs, __u64 *a)
+{
+	a[0] = regs->di;
+	a[1] = regs->si;
+	a[2] = regs->dx;
+	a[3] = regs->r10;
+	a[4] = regs->r8;
+	a[5] = regs->r9;
+}
+
 /* A call's entry state but its op and start: its arguments, and the file
  * identity of its fd. user: task is the current task, whose memory (a
  * pollfd, an offset pointer) can be read; the attach-time iterator's is not. */
@@ -520,13 +532,7 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 	if (!op || !is_traced(tgid))
 		return 0;
 
-	/* tp_btf and fentry: regs is a BTF pointer, read directly (no helper call). */
-	a[0] = regs->di;
-	a[1] = regs->si;
-	a[2] = regs->dx;
-	a[3] = regs->r10;
-	a[4] = regs->r8;
-	a[5] = regs->r9;
+	syscall_args(regs, a);
 	if (!recorded_call(op, a))
 		return 0;
 
@@ -1144,11 +1150,26 @@ int BPF_PROG(iot_ff_##fn, struct pt_regs *regs)					\
 }
 IOT_FLUSH_HOOKS(IOT_FENTRY_FLUSH)
 
-/* ---- lock contention --------------------------------------------------- */
-
-/* ---- calls in progress when the trace ends ---------------------------- */
+/* ---- calls in progress when the trace starts or stops ----------------- */
 
 #define ENOSYS_ 38
+
+/* The entry registers of a task asleep inside a system call, else NULL. The
+ * registers say so: orig_ax holds the call's number and ax the -ENOSYS the
+ * kernel puts there until the call returns (a page fault leaves ax as the
+ * program had it). A running task is taken to be in user space: its call,
+ * if any, is about to return. */
+static __always_inline struct pt_regs *asleep_in_syscall(struct task_struct *task)
+{
+	struct pt_regs *regs;
+
+	if (task->__state == 0 /* TASK_RUNNING */)
+		return NULL;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs || (long)regs->ax != -ENOSYS_ || (long)regs->orig_ax < 0)
+		return NULL;
+	return regs;
+}
 
 /* When the recorder stopped the trace (emptied the traced slots), set just
  * before it runs iot_unfinished. */
@@ -1181,10 +1202,9 @@ int iot_unfinished(struct bpf_iter__task *ctx)
 	 * state may outlive it. Still in progress if the thread is asleep in
 	 * that same call. */
 	if (st->eflags & IOT_EF_BEGAN_BEFORE) {
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		struct pt_regs *regs = asleep_in_syscall(task);
 
-		if (task->__state == 0 || !regs || (long)regs->ax != -ENOSYS_ ||
-		    regs->orig_ax != st->sysnr)
+		if (!regs || regs->orig_ax != st->sysnr)
 			return 0;
 	}
 	pid_tgid = (__u64)task->tgid << 32 | (__u32)task->pid;
@@ -1203,11 +1223,8 @@ __u64 start_ns = 0;
  * hung mount, a wait for a batch) gets that call's entry state, as if its
  * entry had been seen when tracing started, with eflags IOT_EF_BEGAN_BEFORE.
  * Its return, during the trace, is then recorded as any call's, and a call
- * still asleep at the end is listed by iot_unfinished. A thread is inside a
- * system call when its entry registers say so: orig_ax holds the call's
- * number and ax the -ENOSYS the kernel puts there until the call returns (a
- * page fault leaves ax as the program had it). A running thread is taken to
- * be in user space: its call, if any, is about to return.
+ * still asleep at the end is listed by iot_unfinished (asleep_in_syscall
+ * says which call a thread is in).
  */
 SEC("iter/task")
 int iot_in_progress(struct bpf_iter__task *ctx)
@@ -1220,26 +1237,21 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	long nr;
 	__u16 op;
 
-	if (!task || task->__state == 0 /* TASK_RUNNING */)
+	if (!task)
 		return 0;
 	tgid = task->tgid;
 	if (!is_traced(tgid))
 		return 0;
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	regs = asleep_in_syscall(task);
 	if (!regs)
 		return 0;
-	nr = regs->orig_ax;
-	if ((long)regs->ax != -ENOSYS_ || nr < 0 || nr >= IOT_MAX_SYSCALLS)
+	nr = regs->orig_ax;   /* read again: the verifier bounds this copy */
+	if (nr < 0 || nr >= IOT_MAX_SYSCALLS)
 		return 0;
 	op = sys_op[nr];
 	if (!op)
 		return 0;
-	a[0] = regs->di;
-	a[1] = regs->si;
-	a[2] = regs->dx;
-	a[3] = regs->r10;
-	a[4] = regs->r8;
-	a[5] = regs->r9;
+	syscall_args(regs, a);
 	if (!recorded_call(op, a))
 		return 0;
 	st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -1254,6 +1266,8 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	bpf_seq_write(ctx->meta->seq, &op, sizeof(op));
 	return 0;
 }
+
+/* ---- lock contention --------------------------------------------------- */
 
 SEC("tp_btf/contention_begin")
 int BPF_PROG(iot_lock_begin, void *lock, unsigned int flags)

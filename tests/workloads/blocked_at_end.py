@@ -8,26 +8,15 @@ Prints "ready"; once DIR/go exists, prints "blocked FD TID" (the pipe's read
 end and the sleeping thread's id) and blocks."""
 import os
 import sys
-import threading
 import time
 from pathlib import Path
+
+from sleeper import start_sleeper
 
 go = Path(sys.argv[1]) / "go"
 r, w = os.pipe()
 print("ready", flush=True)
 while not go.exists():
     time.sleep(0.02)
-asleep = threading.Event()
-tid = []
-
-
-def sleeper():
-    tid.append(threading.get_native_id())
-    asleep.set()
-    time.sleep(100)
-
-
-threading.Thread(target=sleeper, daemon=True).start()
-asleep.wait()
-print(f"blocked {r} {tid[0]}", flush=True)
+print(f"blocked {r} {start_sleeper()}", flush=True)
 os.read(r, 4096)

@@ -157,7 +157,8 @@ def print_summary(t: Trace, console: Console) -> None:
                       f"{s.duration_s:.1f} s traced ({secs / span:.0%}): counts there are lower "
                       "bounds; raise --ringbuf-mb")
     # page-cache bytes added outside reads and faults are not a loss: shown
-    # below; nor are calls in progress at the end (in the trace, shown here)
+    # below; nor are calls in progress at the start or the end (in the trace;
+    # the longest of the end's shown here)
     lost = {k: v for k, v in s.counters.items()
             if v and k not in ("cache_other_bytes", "calls_unfinished", "calls_began_before")}
     if s.unfinished:
