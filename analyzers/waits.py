@@ -262,7 +262,10 @@ CALL_FLAGS = {
 }
 KIND_FLAGS = {"is_pipe": "pipe", "is_socket": "socket", "is_chr": "chr"}
 FILE_FLAGS = {"is_data": "data_files", "is_ckpt": "ckpt_files"}
-FLAG_BIT = {k: 1 << i for i, k in enumerate([*CALL_FLAGS, *KIND_FLAGS, *FILE_FLAGS])}
+# a unix-domain socket (its family is the call's mode): the one use of the
+# mode, so a bit rather than a fetched column
+UNIX_FLAG = "is_unix"
+FLAG_BIT = {k: 1 << i for i, k in enumerate([*CALL_FLAGS, *KIND_FLAGS, *FILE_FLAGS, UNIX_FLAG])}
 NO_COST = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
@@ -278,7 +281,9 @@ def _flags_sql() -> str:
                                    for k, v in KIND_FLAGS.items()) + " else 0 end"
     file_bits = " + ".join(f"case when file_id in (select file_id from {t}) then {FLAG_BIT[k]} "
                            "else 0 end" for k, t in FILE_FLAGS.items())
-    return f"({op_bits}) + ({kind_bits}) + {file_bits}"
+    unix_bit = (f"case when fd_kind = 'socket' and mode = {AF_UNIX} "
+                f"then {FLAG_BIT[UNIX_FLAG]} else 0 end")
+    return f"({op_bits}) + ({kind_bits}) + {file_bits} + {unix_bit}"
 
 
 class Timelines:
@@ -316,32 +321,28 @@ class Timelines:
         self._fetch(batch, want)
 
     def _fetch(self, need: list[int], keep: set) -> None:
-        # sorted by thread, then calls before off-CPU intervals: each thread's
-        # calls and intervals are slices of the batch's arrays (no masks)
-        cols = self.con.execute(f"""
-            select tid, ts_ns, ts_ns + dur_ns as end_ns, op = 'offcpu' as is_off,
-                   {_flags_sql()} as bits, mode, coalesce(chan_ino, -1) as chan_ino,
-                   "offset" as wake, ret as waker, arg as waker_pid
-            from events
-            where tid in ({",".join(map(str, need))}) and op is not null
-              and ts_ns is not null and dur_ns is not null
-            order by tid, is_off, ts_ns, end_ns""").fetchnumpy()
-        cols = {k: np.asarray(v) for k, v in cols.items()}
-        key = cols.pop("tid").astype(np.int64) * 2 + cols.pop("is_off").astype(np.int64)
-        bounds = np.searchsorted(key, [2 * t + i for t in need for i in range(3)])
-        del key
-        call_keys = ["ts_ns", "end_ns", "mode", "chan_ino"]
-        off_keys = ["ts_ns", "end_ns", "wake", "waker", "waker_pid"]
+        # two queries, calls and off-CPU intervals, each with only the columns
+        # its rows use; sorted by thread, so each thread's rows are a slice
+        where = f"""tid in ({",".join(map(str, need))}) and ts_ns is not null
+                    and dur_ns is not null"""
+        order = "order by tid, ts_ns, end_ns"
+        calls = self._columns(f"""
+            select tid, ts_ns, ts_ns + dur_ns as end_ns, {_flags_sql()} as bits,
+                   coalesce(chan_ino, -1) as chan_ino
+            from events where {where} and op != 'offcpu' {order}""", need)
+        off = self._columns(f"""
+            select tid, ts_ns, ts_ns + dur_ns as end_ns, "offset" as wake, ret as waker,
+                   arg as waker_pid
+            from events where {where} and op = 'offcpu' {order}""", need)
         one = len(need) == 1    # own copies when several threads share the arrays
-        for i, t in enumerate(need):
-            a, b, c = bounds[3 * i:3 * i + 3]
-            calls = {k: (cols[k][a:b] if one else cols[k][a:b].copy()) for k in call_keys}
-            bits = cols["bits"][a:b]
+        for t in need:
+            c = {k: (v if one else v.copy()) for k, v in calls.pop(t).items()}
+            bits = c.pop("bits")
             for k, bit in FLAG_BIT.items():
-                calls[k] = (bits & bit) != 0
-            self._calls[t] = calls
-            self._off[t] = {k: (cols[k][b:c] if one else cols[k][b:c].copy()) for k in off_keys}
-        del cols
+                c[k] = (bits & bit) != 0
+            self._calls[t] = c
+            self._off[t] = {k: (v if one else v.copy()) for k, v in off.pop(t).items()}
+        del calls, off
         for t in need:
             self._rows[t] = len(self._calls[t]["ts_ns"]) + len(self._off[t]["ts_ns"])
         # make room: the threads loaded longest ago that are not asked for now
@@ -351,6 +352,15 @@ class Timelines:
             if t not in keep and t not in need:
                 self.drop([t])
 
+    def _columns(self, sql: str, need: list[int]) -> dict[int, dict[str, np.ndarray]]:
+        """{tid: {column: array}}: slices (views) of one query's result sorted by tid."""
+        cols = {k: np.asarray(v) for k, v in self.con.execute(sql).fetchnumpy().items()}
+        tid = cols.pop("tid")
+        bounds = np.searchsorted(tid, need + [need[-1] + 1]) if len(need) else []
+        del tid
+        return {t: {k: v[bounds[i]:bounds[i + 1]] for k, v in cols.items()}
+                for i, t in enumerate(need)}
+
     def drop(self, tids) -> None:
         for t in tids:
             self._calls.pop(int(t), None)
@@ -359,8 +369,17 @@ class Timelines:
 
     @staticmethod
     def _window(cols: dict[str, np.ndarray], lo: int, hi: int) -> dict[str, np.ndarray]:
-        keep = (cols["ts_ns"] < hi) & (cols["end_ns"] > lo)
-        return {k: v[keep] for k, v in cols.items()}
+        """The rows overlapping [lo, hi): read-only slices where they are
+        contiguous (the usual case: a thread's calls rarely overlap), else copies."""
+        b = int(np.searchsorted(cols["ts_ns"], hi, side="left"))     # ts_ns < hi before b
+        keep = cols["end_ns"][:b] > lo
+        a = int(np.argmax(keep)) if b else 0
+        if keep[a:].all():
+            out = {k: v[a:b] for k, v in cols.items()}
+            for v in out.values():
+                v.flags.writeable = False
+            return out
+        return {k: v[:b][keep] for k, v in cols.items()}
 
     def calls(self, tid: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         """The thread's calls (not off-CPU intervals) overlapping [lo, hi), by start."""
@@ -396,7 +415,7 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
     loader_op = c["loader_op"]
     pipes = _producer_pipes(tl.con, side) if side else []
     chan = c["is_pipe"] & np.isin(c["chan_ino"], pipes) & loader_op
-    unix = c["is_socket"] & (c["mode"] == AF_UNIX) & loader_op
+    unix = c[UNIX_FLAG] & loader_op
     pieces = [ivl.as_iv(c["ts_ns"][chan], c["end_ns"][chan])]
     if loop.how == "self-loading":      # its own dataset I/O (a consumer's own reads are not waits)
         own = c["is_data"] & ~c["is_ckpt"]
