@@ -117,26 +117,27 @@ def sweep_numpy(s: np.ndarray, e: np.ndarray, gap_ns: int) -> tuple:
     starts)."""
     if len(s) == 0:
         return 0, 0, 0, 0, []
-    # stable sorts: timsort, linear on the nearly sorted times of a trace
+    # stable sorts: timsort, linear on the nearly sorted times of a trace.
+    # In place where it can be: every new array is memory touched for the
+    # first time, a cost as large as the sorts' on large traces.
     order = np.argsort(s, kind="stable")
     ss, ebs = s[order], e[order]
     del order
     es = np.sort(e, kind="stable")
-    # ends at or before each start: merge the two sorted runs (a stable sort
-    # of their concatenation, ends first, so an end equal to a start counts)
-    # instead of a binary search per start
-    merged = np.argsort(np.concatenate((es, ss)), kind="stable")
-    pos = np.flatnonzero(merged >= len(es))         # the starts' places, in order
-    del merged
-    j = np.arange(len(ss))
-    in_flight = 2 * j + 1 - pos                      # (j + 1) - (pos - j)
-    del pos, j
-    reach = np.maximum.accumulate(ebs)[:-1]
-    gap = ss[1:] - reach
+    # ends at or before each start (side="right": an end equal to a start
+    # counts); the starts are sorted, so each search begins where the last ended
+    ended = np.searchsorted(es, ss, side="right")
+    del es
+    ended -= np.arange(1, len(ss) + 1, dtype=ended.dtype)     # -(reads in flight)
+    in_flight_max = -int(ended.min())
+    del ended
+    reach = np.maximum.accumulate(ebs, out=ebs)[:-1]
+    gap = ss[1:]
+    gap -= reach
     idle = gap > gap_ns
     g, t = gap[idle], reach[idle]
     top = [{"t": int(t[i]), "gap": int(g[i])} for i in np.lexsort((t, -g))[:3]]
-    return (max(int(in_flight.max()), 0), int(idle.sum()), int(g.max()) if len(g) else 0,
+    return (max(in_flight_max, 0), int(idle.sum()), int(g.max()) if len(g) else 0,
             int(g.sum()), top)
 
 
