@@ -356,7 +356,7 @@ class Timelines:
         """{tid: {column: array}}: slices (views) of one query's result sorted by tid."""
         cols = {k: np.asarray(v) for k, v in self.con.execute(sql).fetchnumpy().items()}
         tid = cols.pop("tid")
-        bounds = np.searchsorted(tid, need + [need[-1] + 1]) if len(need) else []
+        bounds = np.searchsorted(tid, need + [need[-1] + 1])
         del tid
         return {t: {k: v[bounds[i]:bounds[i + 1]] for k, v in cols.items()}
                 for i, t in enumerate(need)}
