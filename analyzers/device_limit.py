@@ -10,7 +10,9 @@ more devices or a faster tier (bandwidth-bound), or more requests in flight
 Over the job's completed block read requests (`block_rq`) of each device,
 the reading span: from the completion that brings the bytes read to
 `span_trim_share` (1%) of the total to the one that brings them to 99% (a
-small stray read long before or after the bulk does not stretch it):
+small stray read long before or after the bulk does not stretch it; the bytes
+of data files place it where the job read any, so that libraries paged in at
+the program's start do not either):
   ceiling_bytes_per_s   bytes completed in the span / span (and ceiling_iops:
                         requests / span)
   storage_wait_share    the share of the span during which a job thread was in
@@ -55,17 +57,28 @@ TIMED = f"eflags & {EF_NO_COMPLETION} = 0"
 # completion that brings the bytes read to `trim` of the total to the one that
 # brings them to 1 - trim, with the bytes and requests completed within it (a
 # stray small read long before or after the bulk, a config file or a
-# layout check, does not stretch the span).
+# layout check, does not stretch the span). The span is the data's: where
+# the job read data files from the device, only their requests place it (a
+# program's own libraries paged in through the same limit at its start can
+# be more than the trim and put an idle gap before the bulk); every request
+# completed within it counts.
 PER_DEVICE = f"""
-    with rq as (select mode as dev, ts_ns + dur_ns as done, req_bytes, dur_ns, eflags
+    with rq as (select mode as dev, ts_ns + dur_ns as done, req_bytes, dur_ns, eflags,
+                       case when file_id in (select file_id from data_file_ids)
+                            then req_bytes else 0 end as data_bytes
                 from events where op = 'block_rq' and ret = 0 and flags & 255 = {REQ_OP_READ}),
     c as (select *, sum(req_bytes) over w as cum, count(*) over w as k,
-                 sum(req_bytes) over (partition by dev) as tot
+                 sum(req_bytes) over (partition by dev) as tot,
+                 sum(data_bytes) over w as data_cum,
+                 sum(data_bytes) over (partition by dev) as data_tot
           from rq window w as (partition by dev order by done, req_bytes
                                rows unbounded preceding)),
-    ends as (select dev, min(done) filter (where cum >= $trim * tot) as first_ns,
-                    min(done) filter (where cum >= (1 - $trim) * tot) as last_ns
-             from c group by dev)
+    placed as (select *, case when data_tot > 0 then data_cum else cum end as pcum,
+                         case when data_tot > 0 then data_tot else tot end as ptot
+               from c),
+    ends as (select dev, min(done) filter (where pcum >= $trim * ptot) as first_ns,
+                    min(done) filter (where pcum >= (1 - $trim) * ptot) as last_ns
+             from placed group by dev)
     select c.dev, count(*) as n, sum(req_bytes) as bytes, e.first_ns, e.last_ns,
            max(k) filter (where done <= e.last_ns) - max(k) filter (where done <= e.first_ns)
                as span_n,

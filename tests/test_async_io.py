@@ -223,7 +223,12 @@ def test_throttled_async_buffered_reads(tmp_path, blockdir, engine):
     ev = found["device-at-limit"]["evidence"]
     ceiling = from_first_ask(trace, data, ev["read_bytes"], ev["ceiling_bytes_per_s"],
                              "completion")
-    assert abs(ceiling - bps) <= 0.10 * bps, (ceiling, ev)
+    # The throttle is a ceiling the device reaches only while requests wait
+    # at it: a reader descheduled for a moment leaves it idle, and the time
+    # is not made up. fio's own rate is what the device delivered.
+    delivered = job["read"]["bw_bytes"]
+    assert delivered <= 1.05 * bps, (delivered, bps)
+    assert abs(ceiling - delivered) <= 0.10 * delivered, (ceiling, delivered, ev)
     v = out["verdict"]
     (reader,), = rows(trace, "select distinct tid from events where op = ?",
                       f"{'io_uring' if engine == 'io_uring' else 'aio'}_read")
@@ -232,7 +237,7 @@ def test_throttled_async_buffered_reads(tmp_path, blockdir, engine):
     cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100
     assert v["data_wait_share"] >= 1 - cpu - 0.05, (v["data_wait_share"], cpu)
     assert v["stall"]["fetch"] >= 0.9, v["stall"]
-    assert abs(v["read_bytes_per_s"] - bps) <= 0.2 * bps, v["read_bytes_per_s"]
+    assert abs(v["read_bytes_per_s"] - delivered) <= 0.2 * delivered, v["read_bytes_per_s"]
 
 
 @needs_uring

@@ -19,12 +19,17 @@ RATE = 12e6                     # bytes/s the synthetic device delivers
 SERVICE = 2_000_000             # ns each completed request spends in the device
 
 
-def throttled_reader(tmp_path, stray: bool, unseen: int = 0):
+LIB_KIB = 640                    # a library paged in before the bulk: 3% of the bytes
+
+
+def throttled_reader(tmp_path, stray: bool, unseen: int = 0, libs: bool = False,
+                     data_path: str = "/data/train.bin"):
     """A job reads 20 MiB in 1 MiB preads that miss the page cache, each
     waiting for its one block request: the device completes one every
     1 MiB / RATE. `stray`: a 28 KiB read of another file 2 s before the
     bulk. `unseen`: that many requests (every third) recorded without their
-    completion."""
+    completion. `libs`: the program's library paged in (LIB_KIB in 16 KiB
+    requests) 0.3 s before the bulk, more bytes than the span's trim."""
     events = []
     t = 3_000_000_000
     step = int(MiB / RATE * 1e9)
@@ -33,6 +38,11 @@ def throttled_reader(tmp_path, stray: bool, unseen: int = 0):
                          req=28 * KiB, ret=28 * KiB, file_id=1, arg=28 * KiB))
         events.append(ev("block_rq", ts=t - 2_000_000_000, dur=SERVICE, fd=-1, off=0,
                          req=28 * KiB, ret=0, file_id=1, mode=DEV))
+    if libs:
+        lib_t = t - 300_000_000
+        for i in range(LIB_KIB // 16):
+            events.append(ev("block_rq", ts=lib_t + i * 1_000_000, dur=SERVICE, fd=-1,
+                             off=i * 16 * KiB, req=16 * KiB, ret=0, file_id=2, mode=DEV))
     left = unseen
     for i in range(20):
         events.append(ev("pread64", ts=t, dur=step, fd=3, off=i * MiB, req=MiB, ret=MiB,
@@ -47,7 +57,8 @@ def throttled_reader(tmp_path, stray: bool, unseen: int = 0):
                              ret=0, file_id=0, mode=DEV))
         t += step
     assert left == 0
-    return synth_trace(tmp_path, events, files=[(0, "/data/train.bin"), (1, "/etc/job.yaml")])
+    return synth_trace(tmp_path, events, files=[(0, data_path), (1, "/etc/job.yaml"),
+                                                (2, "/usr/lib/x86_64-linux-gnu/libceph.so.2")])
 
 
 def device_finding(trace) -> dict:
@@ -70,6 +81,25 @@ def test_ceiling_is_the_rate_of_the_bulk(tmp_path):
         assert ev_["bound"] == "bandwidth"
     assert stray["read_bytes"] == plain["read_bytes"] + 28 * KiB
     assert stray["span_s"] == plain["span_s"]
+
+
+def test_libraries_paged_in_before_the_bulk(tmp_path):
+    """A program's libraries paged in through the same limit before it reads
+    its data (fio's, under a cgroup throttle: 3% of the bytes, 0.3 s before)
+    do not place the span: the data files' requests do, and the ceiling is
+    the bulk's; the libraries' bytes count in the device's total. Where the
+    job read no data file (its data under /usr/share), all its requests
+    place the span, as before."""
+    plain = device_finding(throttled_reader(tmp_path / "plain", stray=False))
+    libs = device_finding(throttled_reader(tmp_path / "libs", stray=False, libs=True))
+    assert abs(libs["ceiling_bytes_per_s"] - RATE) <= 0.01 * RATE, libs
+    assert libs["span_s"] == plain["span_s"]
+    assert libs["read_bytes"] == plain["read_bytes"] + LIB_KIB * KiB
+    assert libs["storage_wait_share"] >= 0.99, libs
+    shared = device_finding(throttled_reader(tmp_path / "shared", stray=True,
+                                             data_path="/usr/share/train.bin"))
+    assert abs(shared["ceiling_bytes_per_s"] - RATE) <= 0.01 * RATE, shared
+    assert shared["span_s"] == plain["span_s"]
 
 
 def test_requests_without_their_completion(tmp_path):
