@@ -1154,16 +1154,24 @@ IOT_FLUSH_HOOKS(IOT_FENTRY_FLUSH)
 
 #define ENOSYS_ 38
 
-/* The entry registers of a task asleep inside a system call, else NULL. The
+/* Set by the loader when the syscall tracepoints are the hooks (not
+ * fentry/fexit): their exit sees the return of a call that entered before
+ * they were attached. */
+const volatile bool tp_hooks = false;
+
+/* The entry registers of a task inside a system call, else NULL. The
  * registers say so: orig_ax holds the call's number and ax the -ENOSYS the
  * kernel puts there until the call returns (a page fault leaves ax as the
- * program had it). A running task is taken to be in user space: its call,
- * if any, is about to return. */
-static __always_inline struct pt_regs *asleep_in_syscall(struct task_struct *task)
+ * program had it; an interrupt leaves orig_ax -1). A task asleep in a call
+ * is in it for sure. One running (a read copying a large buffer, on another
+ * CPU) is taken only with the tracepoint hooks: fexit would not see its
+ * return, and its call may return while these registers are read (then its
+ * state outlives it until the thread's next call, whose entry replaces it). */
+static __always_inline struct pt_regs *in_syscall(struct task_struct *task)
 {
 	struct pt_regs *regs;
 
-	if (task->__state == 0 /* TASK_RUNNING */)
+	if (task->__state == 0 /* TASK_RUNNING */ && !tp_hooks)
 		return NULL;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs || (long)regs->ax != -ENOSYS_ || (long)regs->orig_ax < 0)
@@ -1196,13 +1204,13 @@ int iot_unfinished(struct bpf_iter__task *ctx)
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
 	if (!st || !st->op || !st->ts || st->ts >= stop_ns)
 		return 0;
-	/* A call asleep when an attach began: fexit does not see the return of
-	 * a call that entered before its trampoline existed, and one that woke
-	 * while iot_in_progress set its state may have returned unseen: its
-	 * state may outlive it. Still in progress if the thread is asleep in
-	 * that same call. */
+	/* A call in progress when an attach began: fexit does not see the
+	 * return of a call that entered before its trampoline existed, and one
+	 * that returned while iot_in_progress set its state returned unseen: its
+	 * state may outlive it. Still in progress if the thread is in that same
+	 * call. */
 	if (st->eflags & IOT_EF_BEGAN_BEFORE) {
-		struct pt_regs *regs = asleep_in_syscall(task);
+		struct pt_regs *regs = in_syscall(task);
 
 		if (!regs || regs->orig_ax != st->sysnr)
 			return 0;
@@ -1219,12 +1227,13 @@ __u64 start_ns = 0;
 
 /*
  * Run once by the recorder when an attach has its processes: every thread of
- * theirs that is asleep inside a system call iotrace records (a read of a
- * hung mount, a wait for a batch) gets that call's entry state, as if its
- * entry had been seen when tracing started, with eflags IOT_EF_BEGAN_BEFORE.
- * Its return, during the trace, is then recorded as any call's, and a call
- * still asleep at the end is listed by iot_unfinished (asleep_in_syscall
- * says which call a thread is in).
+ * theirs that is inside a system call iotrace records (asleep: a read of a
+ * hung mount, a wait for a batch; running, with the tracepoint hooks: a read
+ * copying a large buffer) gets that call's entry state, as if its entry had
+ * been seen when tracing started, with eflags IOT_EF_BEGAN_BEFORE. Its
+ * return, during the trace, is then recorded as any call's, and a call still
+ * in progress at the end is listed by iot_unfinished (in_syscall says which
+ * call a thread is in).
  */
 SEC("iter/task")
 int iot_in_progress(struct bpf_iter__task *ctx)
@@ -1242,7 +1251,7 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	tgid = task->tgid;
 	if (!is_traced(tgid))
 		return 0;
-	regs = asleep_in_syscall(task);
+	regs = in_syscall(task);
 	if (!regs)
 		return 0;
 	nr = regs->orig_ax;   /* read again: the verifier bounds this copy */

@@ -383,3 +383,50 @@ def test_calls_in_progress_when_the_attach_begins(tmp_path):
     assert got[0][7] == got[1][7] <= first, (got, first)
     assert (trace.meta["counters"]["calls_began_before"],
             trace.meta["counters"]["calls_unfinished"]) == (2, 2)
+
+
+def test_call_running_when_the_attach_begins(tmp_path):
+    """A thread inside a read that is running, not asleep, when the attach
+    begins (each of its preadv calls copies a 1 GiB page-cached file for a
+    fifth of a second; Python calls preadv2): with the tracepoint hooks that read is recorded
+    whole from when tracing began (eflags BEGAN_BEFORE, all 1 GiB, its fd
+    and file), and every later one as any call. With fentry hooks it is not
+    seen (fexit misses the return of a call that entered before its
+    trampoline): none is BEGAN_BEFORE."""
+    size = 1 << 30
+    data = tmp_path / "big.bin"
+    with open(data, "wb") as f:
+        f.truncate(size)   # a hole: read as zeros, cached like data, no disk
+    target = subprocess.Popen([sys.executable, str(WORKLOADS / "running_at_attach.py"),
+                               str(data)], stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "trace"
+    try:
+        word, fd = target.stdout.readline().split()
+        assert word == "ready"
+        time.sleep(0.5)
+        tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
+                                   "-o", str(out)], stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+            time.sleep(1.0)
+            tracer.send_signal(signal.SIGINT)
+            assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+        finally:
+            tracer.kill()
+    finally:
+        target.kill()
+    trace = iotrace.open_trace(out)
+    reads = rows(trace, """select e.eflags & 3072, e.fd, e.req_bytes, e.ret, f.path
+                           from events e left join files f using (file_id)
+                           where e.op like 'preadv%' and e.pid = ? order by e.ts_ns""", target.pid)
+    assert len(reads) >= 3, reads
+    whole = (int(fd), size, size, str(data))
+    later = reads[1:-1] if reads[-1][0] & 1024 else reads[1:]   # the last may be unfinished
+    assert [r[1:] for r in later] == [whole] * len(later), reads
+    assert all(r[0] == 0 for r in later), reads
+    if trace.meta["probes"].get("syscall_hooks") == "fentry":
+        assert reads[0][0] == 0 and reads[0][1:] == whole, reads
+        assert trace.meta["counters"]["calls_began_before"] == 0
+    else:
+        assert reads[0] == (2048, *whole), reads
+        assert trace.meta["counters"]["calls_began_before"] == 1

@@ -420,7 +420,7 @@ class Session:
                           "probe_misses", "block_no_completion")})
         # system calls entered but not returned when the trace stopped: their
         # records carry eflags UNFINISHED (-1: the recorder could not list them)
-        # and those an attach's processes were asleep in when it began
+        # and those an attach's processes were in (asleep or running) when it began
         # (eflags BEGAN_BEFORE)
         for key, when in (("calls_unfinished", "stopped"), ("calls_began_before", "started")):
             n = end.get(key, 0)

@@ -748,6 +748,7 @@ static void select_hooks(struct iotrace_bpf *skel, struct probe *probes, const s
 		tp_names[1] = probes[1].name;
 	}
 	nhooked = hooks_select(skel->obj, vmlinux, fentry);
+	skel->rodata->tp_hooks = !fentry;
 	for (int i = 0; i < 2; i++) {
 		probes[i].required = !fentry;
 		probes[i].in_multi = false;
