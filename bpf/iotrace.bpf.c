@@ -1222,8 +1222,12 @@ int iot_unfinished(struct bpf_iter__task *ctx)
 	return 0;
 }
 
-/* When tracing started, set before the recorder runs iot_in_progress. */
+/* When tracing started, set before the recorder runs iot_in_progress; and
+ * whose calls it looks for: 0, every traced process's (an attach's start),
+ * else that process's only (one that joined a followed cgroup later: the
+ * others' calls in progress have their state already). */
 __u64 start_ns = 0;
+__u32 only_tgid = 0;
 
 /*
  * Run once by the recorder when an attach has its processes: every thread of
@@ -1249,7 +1253,7 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	if (!task)
 		return 0;
 	tgid = task->tgid;
-	if (!is_traced(tgid))
+	if ((only_tgid && tgid != only_tgid) || !is_traced(tgid))
 		return 0;
 	regs = in_syscall(task);
 	if (!regs)

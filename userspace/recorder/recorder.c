@@ -532,29 +532,44 @@ static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
 	return n;
 }
 
-/* The system calls the processes of an attach are asleep in when tracing
- * starts at `start`: their state is set as if their entry had been seen
- * then (iot_in_progress), so that their return is recorded. How many, or -1. */
-static long long calls_at_start(struct iotrace_bpf *skel, __u64 start)
+/* The system calls the processes of an attach are in when tracing starts
+ * at `start`: their state is set as if their entry had been seen then
+ * (iot_in_progress), so that their return is recorded. `tgid`: only that
+ * process's (one that joined a followed cgroup), 0: every traced one's.
+ * Added to calls_began, the meta's calls_began_before; -1 there once a run
+ * failed. */
+static long long calls_began;
+static bool calls_began_listed;   /* the attach's first run is done */
+
+static void calls_at_start(struct iotrace_bpf *skel, __u64 start, pid_t tgid)
 {
 	long long n;
 
 	skel->bss->start_ns = start;
+	skel->bss->only_tgid = tgid;
 	n = iter_run(skel->progs.iot_in_progress, sizeof(__u16), NULL);
-	if (n < 0)
+	if (n < 0) {
 		say("cannot find the calls in progress when tracing started: %s "
 		    "(those calls are not in the trace)", strerror(errno));
-	return n;
+		calls_began = -1;
+	} else if (calls_began >= 0) {
+		calls_began += n;
+	}
+	calls_began_listed = true;
 }
 
 /* A process found in the followed cgroup: traced from now on (its children
  * are followed in kernel); the first time, said on the status channel so
- * that iotrace reads its command line and open files. */
+ * that iotrace reads its command line and open files. Moved in from
+ * outside, it may be inside a call: recorded from now, as at an attach. */
 static void cgroup_joined(pid_t pid, void *ctx)
 {
-	if (add_traced(ctx, pid) > 0)
-		status("{\"type\":\"joined\",\"pid\":%d,\"monotonic_ns\":%llu}", pid,
-		       (unsigned long long)now_ns());
+	if (add_traced(ctx, pid) <= 0)
+		return;
+	if (calls_began_listed)
+		calls_at_start(ctx, now_ns(), pid);
+	status("{\"type\":\"joined\",\"pid\":%d,\"monotonic_ns\":%llu}", pid,
+	       (unsigned long long)now_ns());
 }
 
 static void usage(FILE *f)
@@ -780,7 +795,6 @@ int main(int argc, char **argv)
 	struct prof_totals ptot = {};
 	const char *stop_reason = "done";
 	__s64 extra_live = 0;
-	long long calls_before = 0;   /* an attach: calls its processes were asleep in */
 
 	if (parse_args(argc, argv))
 		return EXIT_USAGE;
@@ -997,7 +1011,7 @@ open_core:
 		if (opt.follow_cgroup)
 			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
 		add_descendants(skel);
-		calls_before = calls_at_start(skel, now_ns());
+		calls_at_start(skel, now_ns(), 0);
 	}
 	/* Processes traced besides the command (its own tree counts 1 now). */
 	extra_live = opt.cmd ? skel->bss->live_procs - 1 : 0;
@@ -1220,7 +1234,7 @@ open_core:
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
 	       misses, misses_json,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
-	       calls_open, calls_before,
+	       calls_open, calls_began,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
