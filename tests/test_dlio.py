@@ -2,7 +2,8 @@
 PyTorch loader, 2 workers; tests/dlio/install.sh). DLIO times its own training
 loop and reports its accelerator utilisation, AU = compute time / step time, and
 the rate it read while training (summary.json); iotrace knows nothing of DLIO
-and must agree with both, and name the cause DLIO's set-up makes."""
+and must agree with both, and name the cause DLIO's set-up makes (under a
+cgroup throttle, the device's ceiling at the throttle's rate)."""
 from __future__ import annotations
 
 import json
@@ -62,8 +63,8 @@ def dlio_loads(out: Path) -> list[float]:
 
 def run_dlio(tmp_path, data, *overrides, prefix=()):
     """One traced DLIO run of one epoch: (DLIO's summary metrics, iotrace's
-    verdict). The loop's data waits agree with DLIO's own timing of them
-    within 5% or 5 ms a step. The first step is left out on both sides, as
+    verdict, its findings' evidence by id). The loop's data waits agree with
+    DLIO's own timing of them within 5% or 5 ms a step. The first step is left out on both sides, as
     DLIO's AU leaves it out: DLIO's first `load` also times its lazy imports
     and the workers' start (under a cold cache, seconds of page faults)."""
     out = tmp_path / "dlio"
@@ -86,7 +87,7 @@ def run_dlio(tmp_path, data, *overrides, prefix=()):
           f"{metric['train_io_mean_MB_per_second']:.0f} MiB/s | iotrace AU "
           f"{v['accelerator_utilization']:.1%} {v['read_bytes_per_s'] / MiB:.0f} MiB/s "
           f"{v['status']} stall {v['stall']}")
-    return metric, v
+    return metric, v, {f.id: f.evidence for f in report.findings}
 
 
 def warm(data: Path):
@@ -97,7 +98,7 @@ def warm(data: Path):
 def test_compute_bound_dlio_passes_au(tmp_path, data):
     """0.2 s of compute a step, data in the page cache: DLIO ~97% AU."""
     warm(data)
-    m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.2")
+    m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0.2")
     theirs = m["train_au_mean_percentage"] / 100
     assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
     assert v["status"] == ("not-io-bound" if theirs >= 0.9 else "io-bound"), v["summary"]
@@ -110,7 +111,7 @@ def test_dlio_without_compute_reads_at_its_rate(tmp_path, data):
     reading. The read rate while training is DLIO's, not the average over
     its start-up."""
     warm(data)
-    m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0")
+    m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0")
     assert v["status"] == "io-bound", v["summary"]
     # 16 steps of ~15 ms: the share moves between 35% and 67% from run to run
     assert v["data_wait_share"] > 0.25, v["summary"]
@@ -131,7 +132,8 @@ def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
     """Cold cache, storage throttled to 50 MB/s, 0.05 s of compute: DLIO's AU is
     low and its read rate is the throttle's; the cause is fetching."""
     with cold_throttled_reads(data, 50 * 1000 * 1000) as prefix:
-        m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05", prefix=prefix)
+        m, v, found = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05",
+                               prefix=prefix)
     theirs = m["train_au_mean_percentage"] / 100
     assert v["status"] == "io-bound", v["summary"]
     # iotrace's window takes in the first step's wait, which DLIO leaves out, and
@@ -145,13 +147,25 @@ def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
     rate = m["train_io_mean_MB_per_second"] * MiB
     assert v["read_bytes_per_s"] == pytest.approx(50e6, rel=0.15), v["read_bytes_per_s"]
     assert v["read_bytes_per_s"] >= 0.9 * rate, (v["read_bytes_per_s"], rate)
+    device_at_the_throttle(found, 50e6)
+
+
+def device_at_the_throttle(found: dict, bps: float):
+    """device-at-limit names the throttle's rate as the device's ceiling
+    (50.4 and 19.97 MB/s measured under 50 and 20), and the device busy a
+    small share of the span: the limit is in front of it."""
+    assert "device-at-limit" in found, sorted(found)
+    ev = found["device-at-limit"]
+    assert ev["ceiling_bytes_per_s"] == pytest.approx(bps, rel=0.10), ev
+    assert ev["device_busy_share"] < 0.5 and ev["storage_wait_share"] >= 0.8, ev
 
 
 def test_dlio_starved_by_slow_storage_near_zero_au(tmp_path, data):
     """Cold cache, storage throttled to 20 MB/s, 5 ms of compute a step: each
     8 MiB batch takes ~0.4 s to read; DLIO's AU is near 0, and so is iotrace's."""
     with cold_throttled_reads(data, 20 * 1000 * 1000) as prefix:
-        m, v = run_dlio(tmp_path, data, "++workload.train.computation_time=0.005", prefix=prefix)
+        m, v, found = run_dlio(tmp_path, data, "++workload.train.computation_time=0.005",
+                               prefix=prefix)
     theirs = m["train_au_mean_percentage"] / 100
     assert theirs < 0.05
     # near 0 on both sides; apart by what the window and DLIO's own per-step work
@@ -159,3 +173,4 @@ def test_dlio_starved_by_slow_storage_near_zero_au(tmp_path, data):
     assert v["accelerator_utilization"] < 0.1, v["summary"]
     assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.05), (theirs, v["summary"])
     assert v["status"] == "io-bound" and max(v["stall"], key=v["stall"].get) == "fetch"
+    device_at_the_throttle(found, 20e6)
