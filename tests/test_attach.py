@@ -235,6 +235,28 @@ def test_follow_a_cgroup_from_before_the_job(tmp_path):
     assert all("attach_target.py" in cmd[p.pid] for p in steps.values()), cmd
 
 
+def asleep_target() -> tuple[subprocess.Popen, int]:
+    """Starts tests/workloads/asleep_at_attach.py: its main thread asleep in a
+    read of its stdin (a pipe), a second thread in a 100 s sleep. Returns the
+    process and the sleeping thread's id."""
+    target = subprocess.Popen([sys.executable, str(WORKLOADS / "asleep_at_attach.py")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _, sleeper = target.stdout.readline().split()
+    time.sleep(0.3)   # the main thread asleep in its read
+    return target, int(sleeper)
+
+
+def wake_read_then_stop(target: subprocess.Popen, tracer: subprocess.Popen) -> None:
+    """Writes 5 bytes to the asleep_target's pipe (its first read returns with
+    them, its second stays asleep), then ends the trace with SIGINT."""
+    target.stdin.write("hello")
+    target.stdin.flush()
+    assert target.stdout.readline().split() == ["got", "5"]
+    time.sleep(0.5)
+    tracer.send_signal(signal.SIGINT)
+    assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+
+
 def test_follow_records_the_calls_of_a_process_that_joins_inside_them(tmp_path):
     """A process moved into a followed cgroup while its main thread is asleep
     in a read of a pipe and its second thread in a 100 s sleep: once the
@@ -244,7 +266,6 @@ def test_follow_records_the_calls_of_a_process_that_joins_inside_them(tmp_path):
     asleep at the end, UNFINISHED too; the second read, entered after, is
     UNFINISHED only. Before, the first read was lost."""
     import os
-    import pytest
     cg = _cgroup_dir(f"iotrace-join-{os.getpid()}")
     if cg is None:
         pytest.skip("no writable cgroup hierarchy")
@@ -255,18 +276,10 @@ def test_follow_records_the_calls_of_a_process_that_joins_inside_them(tmp_path):
     target = None
     try:
         assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
-        target = subprocess.Popen([sys.executable, str(WORKLOADS / "asleep_at_attach.py")],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        _, sleeper = target.stdout.readline().split()
-        time.sleep(0.3)                       # the main thread asleep in its read
+        target, sleeper = asleep_target()
         (cg / "cgroup.procs").write_text(str(target.pid))
         time.sleep(1.0)                       # > the 200 ms the recorder takes to see it
-        target.stdin.write("hello")
-        target.stdin.flush()
-        assert target.stdout.readline().split() == ["got", "5"]
-        time.sleep(0.5)
-        tracer.send_signal(signal.SIGINT)
-        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+        wake_read_then_stop(target, tracer)
     finally:
         tracer.kill()
         if target:
@@ -279,7 +292,7 @@ def test_follow_records_the_calls_of_a_process_that_joins_inside_them(tmp_path):
                          from events where eflags & 3072 != 0 and pid = ?
                          order by ts_ns, op""", target.pid)
     began, asleep, later = 2048, 2048 | 1024, 1024
-    want = [("clock_nanosleep", int(sleeper), asleep, None, None, 0, None),
+    want = [("clock_nanosleep", sleeper, asleep, None, None, 0, None),
             ("read", target.pid, began, 0, 100, 5, "pipe"),
             ("read", target.pid, later, 0, 100, 0, "pipe")]
     if trace.meta["probes"].get("syscall_hooks") == "fentry":
@@ -403,21 +416,13 @@ def test_calls_in_progress_when_the_attach_begins(tmp_path):
     entered during the trace, is UNFINISHED only. With fentry hooks the first
     read is not seen (fexit misses the return of a call that entered before
     its trampoline)."""
-    target = subprocess.Popen([sys.executable, str(WORKLOADS / "asleep_at_attach.py")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    _, sleeper = target.stdout.readline().split()
-    time.sleep(0.3)   # the main thread asleep in its read
+    target, sleeper = asleep_target()
     out = tmp_path / "trace"
     tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
                                "-o", str(out)], stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
-        target.stdin.write("hello")
-        target.stdin.flush()
-        assert target.stdout.readline().split() == ["got", "5"]
-        time.sleep(0.5)
-        tracer.send_signal(signal.SIGINT)
-        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+        wake_read_then_stop(target, tracer)
     finally:
         target.kill()
         tracer.kill()
@@ -428,7 +433,7 @@ def test_calls_in_progress_when_the_attach_begins(tmp_path):
     began, asleep, later = 2048, 2048 | 1024, 1024
     if trace.meta["probes"].get("syscall_hooks") == "fentry":
         got.insert(1, ("read", target.pid, began, 0, 100, 5, "pipe", got[0][7]))
-    assert [g[:3] for g in got] == [("clock_nanosleep", int(sleeper), asleep),
+    assert [g[:3] for g in got] == [("clock_nanosleep", sleeper, asleep),
                                     ("read", target.pid, began),
                                     ("read", target.pid, later)], got
     assert got[1][3:7] == (0, 100, 5, "pipe"), got
@@ -441,10 +446,10 @@ def test_calls_in_progress_when_the_attach_begins(tmp_path):
 
 def test_call_running_when_the_attach_begins(tmp_path):
     """A thread inside a read that is running, not asleep, when the attach
-    begins (each of its preadv calls copies a 1 GiB page-cached file for a
-    fifth of a second; Python calls preadv2): with the tracepoint hooks that read is recorded
-    whole from when tracing began (eflags BEGAN_BEFORE, all 1 GiB, its fd
-    and file), and every later one as any call. With fentry hooks it is not
+    begins (each of its preadv calls, preadv2 in Python, copies a 1 GiB
+    page-cached file for a fifth of a second): with the tracepoint hooks that
+    read is recorded whole from when tracing began (eflags BEGAN_BEFORE, all
+    1 GiB, its fd and file), and every later one as any call. With fentry hooks it is not
     seen (fexit misses the return of a call that entered before its
     trampoline): none is BEGAN_BEFORE."""
     size = 1 << 30

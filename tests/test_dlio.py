@@ -64,9 +64,10 @@ def dlio_loads(out: Path) -> list[float]:
 def run_dlio(tmp_path, data, *overrides, prefix=()):
     """One traced DLIO run of one epoch: (DLIO's summary metrics, iotrace's
     verdict, its findings' evidence by id). The loop's data waits agree with
-    DLIO's own timing of them within 5% or 5 ms a step. The first step is left out on both sides, as
-    DLIO's AU leaves it out: DLIO's first `load` also times its lazy imports
-    and the workers' start (under a cold cache, seconds of page faults)."""
+    DLIO's own timing of them within 5% or 5 ms a step. The first step is
+    left out on both sides, as DLIO's AU leaves it out: DLIO's first `load`
+    also times its lazy imports and the workers' start (under a cold cache,
+    seconds of page faults)."""
     out = tmp_path / "dlio"
     proc, trace = trace_run(tmp_path / "trace", *prefix, *dlio_args(data, out, *overrides),
                             env=ENV)
