@@ -1061,7 +1061,27 @@ static __always_inline void on_exit_profile(struct task_struct *task, struct inf
 		emit_plain(st, op, now, pid_tgid, ret);
 }
 
-static __always_inline int on_exit_op(__u16 op, long ret)
+/* The run mode's job (its thread id) until it execs: it waits for the
+ * go-ahead in a read that began before it was traced, iotrace's own call. */
+__u32 job_tid = 0;
+
+/* A return of a traced process's call whose entry was not seen: the call
+ * began before the process was traced (an attach, a process joining a
+ * followed cgroup) and returned before the recorder looked for calls in
+ * progress (iot_in_progress). Counted: the call is not in the trace. */
+static __always_inline void entry_unseen(const struct pt_regs *regs, __u16 op)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 a[6];
+
+	if ((__u32)pid_tgid == job_tid || !is_traced(pid_tgid >> 32))
+		return;
+	syscall_args(regs, a);
+	if (recorded_call(op, a))
+		count(IOT_CNT_ENTRY_UNSEEN);
+}
+
+static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long ret)
 {
 	struct task_struct *task;
 	struct inflight *st;
@@ -1073,8 +1093,10 @@ static __always_inline int on_exit_op(__u16 op, long ret)
 		return 0;
 	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
-	if (!st || !st->op || st->op != op)
+	if (!st || !st->op || st->op != op) {
+		entry_unseen(regs, op);
 		return 0;
+	}
 	pid_tgid = bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
 
@@ -1124,7 +1146,7 @@ int BPF_PROG(iot_sys_exit, struct pt_regs *regs, long ret)
 
 	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
 		return 0;
-	return on_exit_op(sys_op[id], ret);
+	return on_exit_op(regs, sys_op[id], ret);
 }
 
 #define IOT_FENTRY(fn, op)							\
@@ -1136,7 +1158,7 @@ int BPF_PROG(iot_fe_##fn, struct pt_regs *regs)					\
 SEC("fexit/__x64_sys_" #fn)							\
 int BPF_PROG(iot_fx_##fn, struct pt_regs *regs, long ret)			\
 {										\
-	return on_exit_op(op, ret);						\
+	return on_exit_op(regs, op, ret);					\
 }
 IOT_SYSCALL_HOOKS(IOT_FENTRY)
 

@@ -265,6 +265,9 @@ enum iot_counter {
 	IOT_CNT_PROF_RATE_LOST, /* profile mode: calls that found the per-second table full */
 	IOT_CNT_BLOCK_NO_COMPLETION, /* block requests recorded without their completion
 					(found when their request slot was reused) */
+	IOT_CNT_ENTRY_UNSEEN,   /* calls of a traced process whose return was seen but not
+				   their entry: begun before the process was traced, returned
+				   before the recorder looked for calls in progress */
 	IOT_CNT_MAX
 };
 

@@ -3,6 +3,7 @@ opened before the attach (from /proc), and children forked after it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -441,7 +442,58 @@ def test_calls_in_progress_when_the_attach_begins(tmp_path):
     # the two that began before: from when tracing began, before anything else
     assert got[0][7] == got[1][7] <= first, (got, first)
     assert (trace.meta["counters"]["calls_began_before"],
-            trace.meta["counters"]["calls_unfinished"]) == (2, 2)
+            trace.meta["counters"]["calls_unfinished"],
+            trace.meta["counters"]["calls_entry_unseen"]) == (2, 2, 0)
+
+
+def test_a_call_that_returns_before_the_attach_looks_is_counted(tmp_path):
+    """A read asleep before the attach that returns after the attach has
+    traced its process but before it looks for calls in progress (the
+    recorder held there by a test-only pause): its entry was never seen, so
+    it cannot be recorded; it is counted, exactly once
+    (counters.calls_entry_unseen = 1), and the summary says so. The 100 s
+    sleep, still asleep when the attach looks, is recorded from then
+    (BEGAN_BEFORE); the second read, entered once the process was traced, as
+    any call. With fentry hooks the read's return is
+    not seen at all (fexit misses calls that entered before its trampoline):
+    nothing to count."""
+    target, sleeper = asleep_target()
+    out, pause = tmp_path / "trace", tmp_path / "pause"
+    env = dict(os.environ, IOTRACE_TEST_PAUSE_BEFORE_SCAN=str(pause))
+    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
+                               "-o", str(out)], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_for(pause.exists), "the recorder never paused"
+        target.stdin.write("hello")          # the first read returns now
+        target.stdin.flush()
+        assert target.stdout.readline().split() == ["got", "5"]
+        time.sleep(0.5)                      # and the second is asleep
+        pause.unlink()
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        time.sleep(0.5)
+        tracer.send_signal(signal.SIGINT)
+        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+    finally:
+        target.kill()
+        tracer.kill()
+    trace = iotrace.open_trace(out)
+    reads = rows(trace, """select eflags & 3072, ret from events
+                           where op = 'read' and pid = ? and fd = 0 order by ts_ns""",
+                 target.pid)
+    sleeps = rows(trace, "select eflags & 3072 from events where op = 'clock_nanosleep' "
+                         "and tid = ?", sleeper)
+    counters = trace.meta["counters"]
+    if trace.meta["probes"].get("syscall_hooks") == "fentry":
+        assert counters["calls_entry_unseen"] == 0
+        return
+    # the read that returned in the pause is not there; the second, entered
+    # in the pause, is whole (unfinished at the stop)
+    assert reads == [(1024, 0)], reads
+    assert sleeps == [(2048 | 1024,)], sleeps
+    assert (counters["calls_entry_unseen"], counters["calls_began_before"]) == (1, 1), counters
+    summ = subprocess.run([*IOTRACE, "summary", str(out)], capture_output=True, text=True,
+                          check=True).stdout
+    assert "calls entry unseen 1" in summ, summ
 
 
 def test_call_running_when_the_attach_begins(tmp_path):

@@ -59,6 +59,8 @@ def test_default_hooks_are_named_and_fentry_matches_tracepoints(tmp_path):
         assert proc.returncode == 0, proc.stderr
         probes = trace.meta["probes"]
         assert trace.meta["drops"] == 0
+        # the job's wait for the go-ahead began before it was traced: not a lost call
+        assert trace.meta["counters"]["calls_entry_unseen"] == 0
         traces[probes["syscall_hooks"]] = (trace, str(d) + "/")
         if kind == "tracepoint":
             assert probes["syscall_hooks"] == "tracepoint"

@@ -558,6 +558,25 @@ static void calls_at_start(struct iotrace_bpf *skel, __u64 start, pid_t tgid)
 	calls_began_listed = true;
 }
 
+/* Tests only: with IOTRACE_TEST_PAUSE_BEFORE_SCAN=FILE, an attach stops
+ * between tracing its processes and looking for their calls in progress:
+ * it creates FILE and waits (up to 60 s) until the test removes it, so that
+ * a call can return in between (counters.calls_entry_unseen). */
+static void test_pause_before_scan(void)
+{
+	const char *path = getenv("IOTRACE_TEST_PAUSE_BEFORE_SCAN");
+	int fd;
+
+	if (!path || !*path)
+		return;
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	close(fd);
+	for (int i = 0; i < 6000 && access(path, F_OK) == 0; i++)
+		usleep(10000);
+}
+
 /* A process found in the followed cgroup: traced from now on (its children
  * are followed in kernel); the first time, said on the status channel so
  * that iotrace reads its command line and open files. Moved in from
@@ -987,8 +1006,11 @@ open_core:
 		}
 	}
 
-	if (opt.cmd)
+	if (opt.cmd) {
+		/* its wait for the go-ahead is not a lost call (BPF entry_unseen) */
+		skel->bss->job_tid = child_pid;
 		add_traced(skel, child_pid);
+	}
 	/* with a command, --pid adds processes that serve it (a FUSE daemon) */
 	if (!opt.cmd || opt.npids) {
 		for (int i = 0; i < opt.npids; i++) {
@@ -1011,6 +1033,7 @@ open_core:
 		if (opt.follow_cgroup)
 			cgroup_scan(opt.follow_cgroup, cgroup_joined, skel);
 		add_descendants(skel);
+		test_pause_before_scan();
 		calls_at_start(skel, now_ns(), 0);
 	}
 	/* Processes traced besides the command (its own tree counts 1 now). */
@@ -1213,6 +1236,7 @@ open_core:
 	       "\"async_lost\":%llu,\"profile_calls\":%llu,\"profile_overflow\":%llu,"
 	       "\"profile_rate_lost\":%llu,\"drops_by_op\":%s,"
 	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
+	       "\"calls_entry_unseen\":%llu,"
 	       "\"calls_unfinished\":%lld,\"calls_began_before\":%lld,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
@@ -1234,6 +1258,7 @@ open_core:
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
 	       misses, misses_json,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
+	       (unsigned long long)counter_sum(skel, IOT_CNT_ENTRY_UNSEEN),
 	       calls_open, calls_began,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
