@@ -542,6 +542,10 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op)
 		count(IOT_CNT_NO_STORAGE);
 		return 0;
 	}
+	/* still the state of a call in progress at the attach: it returned
+	 * unseen (fentry hooks: fexit misses calls entered before it) */
+	if (st->op && (st->eflags & IOT_EF_BEGAN_BEFORE))
+		count(IOT_CNT_RETURN_UNSEEN);
 	st->op = op;
 	enter_call(task, st, op, a, tgid, true);
 	st->ts = bpf_ktime_get_ns();
@@ -1187,18 +1191,28 @@ const volatile bool tp_hooks = false;
  * program had it; an interrupt leaves orig_ax -1). A task asleep in a call
  * is in it for sure. One running (a read copying a large buffer, on another
  * CPU) is taken only with the tracepoint hooks: fexit would not see its
- * return, and its call may return while these registers are read (then its
- * state outlives it until the thread's next call, whose entry replaces it). */
-static __always_inline struct pt_regs *in_syscall(struct task_struct *task)
+ * return (unseen_return). Its call may return while these registers are
+ * read: then its state outlives it until the thread's next call, whose entry
+ * counts it (IOT_CNT_RETURN_UNSEEN; its exit, if it ran before the state was
+ * set, counted it too: IOT_CNT_ENTRY_UNSEEN). */
+static __always_inline struct pt_regs *syscall_regs(struct task_struct *task)
 {
-	struct pt_regs *regs;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 
-	if (task->__state == 0 /* TASK_RUNNING */ && !tp_hooks)
-		return NULL;
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs || (long)regs->ax != -ENOSYS_ || (long)regs->orig_ax < 0)
 		return NULL;
 	return regs;
+}
+
+/* A task whose call's return no hook will see: running, with fentry hooks. */
+static __always_inline bool unseen_return(struct task_struct *task)
+{
+	return task->__state == 0 /* TASK_RUNNING */ && !tp_hooks;
+}
+
+static __always_inline struct pt_regs *in_syscall(struct task_struct *task)
+{
+	return unseen_return(task) ? NULL : syscall_regs(task);
 }
 
 /* When the recorder stopped the trace (emptied the traced slots), set just
@@ -1234,8 +1248,10 @@ int iot_unfinished(struct bpf_iter__task *ctx)
 	if (st->eflags & IOT_EF_BEGAN_BEFORE) {
 		struct pt_regs *regs = in_syscall(task);
 
-		if (!regs || regs->orig_ax != st->sysnr)
+		if (!regs || regs->orig_ax != st->sysnr) {
+			count(IOT_CNT_RETURN_UNSEEN);
 			return 0;
+		}
 	}
 	pid_tgid = (__u64)task->tgid << 32 | (__u32)task->pid;
 	fill_call(&e, st, st->op, stop_ns, pid_tgid, 0, false);
@@ -1277,7 +1293,7 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	tgid = task->tgid;
 	if ((only_tgid && tgid != only_tgid) || !is_traced(tgid))
 		return 0;
-	regs = in_syscall(task);
+	regs = syscall_regs(task);
 	if (!regs)
 		return 0;
 	nr = regs->orig_ax;   /* read again: the verifier bounds this copy */
@@ -1289,6 +1305,10 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	syscall_args(regs, a);
 	if (!recorded_call(op, a))
 		return 0;
+	if (unseen_return(task)) {   /* running, with fentry hooks: lost, counted */
+		count(IOT_CNT_RETURN_UNSEEN);
+		return 0;
+	}
 	st = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st || st->op)   /* its entry was seen: it entered after the probes */
 		return 0;

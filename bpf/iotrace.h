@@ -268,6 +268,10 @@ enum iot_counter {
 	IOT_CNT_ENTRY_UNSEEN,   /* calls of a traced process whose return was seen but not
 				   their entry: begun before the process was traced, returned
 				   before the recorder looked for calls in progress */
+	IOT_CNT_RETURN_UNSEEN,  /* calls in progress when an attach began whose return was
+				   not seen (fexit only sees calls that entered after its
+				   trampoline): returned during the trace, or running at the
+				   attach with fentry hooks */
 	IOT_CNT_MAX
 };
 

@@ -417,7 +417,8 @@ class Session:
         counters.update({k: end.get(k, 0) for k in
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
                           "cache_other_bytes", "block_lost", "async_lost", "unknown_records",
-                          "probe_misses", "block_no_completion", "calls_entry_unseen")})
+                          "probe_misses", "block_no_completion", "calls_entry_unseen",
+                          "calls_return_unseen")})
         # system calls entered but not returned when the trace stopped: their
         # records carry eflags UNFINISHED (-1: the recorder could not list them)
         # and those an attach's processes were in (asleep or running) when it began

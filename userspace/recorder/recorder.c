@@ -1236,7 +1236,7 @@ open_core:
 	       "\"async_lost\":%llu,\"profile_calls\":%llu,\"profile_overflow\":%llu,"
 	       "\"profile_rate_lost\":%llu,\"drops_by_op\":%s,"
 	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
-	       "\"calls_entry_unseen\":%llu,"
+	       "\"calls_entry_unseen\":%llu,\"calls_return_unseen\":%llu,"
 	       "\"calls_unfinished\":%lld,\"calls_began_before\":%lld,"
 	       "\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
@@ -1259,6 +1259,7 @@ open_core:
 	       misses, misses_json,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_ENTRY_UNSEEN),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_RETURN_UNSEEN),
 	       calls_open, calls_began,
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
