@@ -17,7 +17,9 @@ the program's start do not either):
                         requests / span)
   storage_wait_share    the share of the span during which a job thread was in
                         a read that missed the page cache or bypassed it
-                        (O_DIRECT), in a major fault,
+                        (O_DIRECT), blocked uninterruptibly inside a file read
+                        (pages in the cache but still being read in: readahead
+                        held by the limit), in a major fault,
                         or had an io_uring/libaio read in flight: the job
                         asked for more than the storage gave
   mean request size     bytes / requests: under `iops_request_bytes` the
@@ -34,6 +36,8 @@ storage_wait_share >= min_wait_share. Severity and impact from the loop's
 data waits in those reads (impact.py); warn without a training loop.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from iotrace.abi import ASYNC_READ_OPS, EF_DIRECT, EF_NO_COMPLETION, READ_OPS, sql_list
 
@@ -91,12 +95,39 @@ PER_DEVICE = f"""
     group by c.dev, e.first_ns, e.last_ns order by bytes desc, c.dev"""
 
 
+# A read of a file that found its pages in the cache but still being read in
+# (readahead started by an earlier read, held by a throttle) adds nothing to
+# the cache, yet waits for storage: its thread is off CPU, uninterruptibly
+# (offcpu flags bit 2: TASK_UNINTERRUPTIBLE, killable or not), inside the
+# read. Those intervals, up to the read's end (calls of one thread do not
+# overlap: the last file read that began before an interval holds it when it
+# ends after the interval's start).
+BLOCKED_IN_READS = f"""
+    with x as (select tid, ts_ns, dur_ns, op = 'offcpu' as off,
+                      case when op <> 'offcpu' then ts_ns + dur_ns end as read_end
+               from events
+               where ((op = 'offcpu' and flags & 2 != 0)
+                      or (op in {sql_list(READ_OPS)} and file_id >= 0))
+                 and ts_ns < $hi and ts_ns + dur_ns > $lo),
+    y as (select *, last_value(read_end ignore nulls) over (
+                        partition by tid order by ts_ns, off
+                        rows between unbounded preceding and 1 preceding) as open_end
+          from x)
+    select ts_ns, least(ts_ns + dur_ns, open_end) from y
+    where off and ts_ns < open_end"""
+
+
 def covered_ns(ctx: Context, lo: int, hi: int) -> int:
-    """Time in [lo, hi) covered by at least one storage-wait interval."""
-    r = ctx.con.execute(f"""select ts_ns, ts_ns + dur_ns from events e
-                            where {STORAGE_WAIT_CALLS}
-                              and ts_ns < {hi} and ts_ns + dur_ns > {lo}""").fetchnumpy()
-    starts, ends = r.values()
+    """Time in [lo, hi) covered by at least one storage-wait interval: the
+    storage-wait calls, and the time a thread was blocked inside a file read
+    (BLOCKED_IN_READS)."""
+    calls = ctx.con.execute(f"""select ts_ns, ts_ns + dur_ns from events e
+                                where {STORAGE_WAIT_CALLS}
+                                  and ts_ns < {hi} and ts_ns + dur_ns > {lo}""").fetchnumpy()
+    blocked = ctx.con.execute(BLOCKED_IN_READS.replace("$hi", str(int(hi)))
+                              .replace("$lo", str(int(lo)))).fetchnumpy()
+    starts, ends = (np.concatenate([np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)])
+                    for a, b in zip(calls.values(), blocked.values()))
     return ivl.total(ivl.union(ivl.clip(ivl.as_iv(starts, ends), lo, hi)))
 
 

@@ -23,13 +23,16 @@ LIB_KIB = 640                    # a library paged in before the bulk: 3% of the
 
 
 def throttled_reader(tmp_path, stray: bool, unseen: int = 0, libs: bool = False,
-                     data_path: str = "/data/train.bin"):
+                     data_path: str = "/data/train.bin", readahead: int = 0):
     """A job reads 20 MiB in 1 MiB preads that miss the page cache, each
     waiting for its one block request: the device completes one every
     1 MiB / RATE. `stray`: a 28 KiB read of another file 2 s before the
     bulk. `unseen`: that many requests (every third) recorded without their
     completion. `libs`: the program's library paged in (LIB_KIB in 16 KiB
-    requests) 0.3 s before the bulk, more bytes than the span's trim."""
+    requests) 0.3 s before the bulk, more bytes than the span's trim.
+    `readahead`: three reads in four find their pages added by an earlier
+    read's readahead but still in flight (they add nothing to the cache) and
+    wait for them off CPU in that task state (offcpu flags)."""
     events = []
     t = 3_000_000_000
     step = int(MiB / RATE * 1e9)
@@ -45,8 +48,12 @@ def throttled_reader(tmp_path, stray: bool, unseen: int = 0, libs: bool = False,
                              off=i * 16 * KiB, req=16 * KiB, ret=0, file_id=2, mode=DEV))
     left = unseen
     for i in range(20):
+        in_flight = readahead and i % 4 != 0
         events.append(ev("pread64", ts=t, dur=step, fd=3, off=i * MiB, req=MiB, ret=MiB,
-                         file_id=0, arg=MiB))
+                         file_id=0, arg=0 if in_flight else MiB))
+        if in_flight:
+            events.append(ev("offcpu", ts=t + 10_000, dur=step - 20_000, fd=-1,
+                             flags=readahead))
         issue = t + step - SERVICE
         if left and i % 3 == 1:
             left -= 1
@@ -100,6 +107,23 @@ def test_libraries_paged_in_before_the_bulk(tmp_path):
                                              data_path="/usr/share/train.bin"))
     assert abs(shared["ceiling_bytes_per_s"] - RATE) <= 0.01 * RATE, shared
     assert shared["span_s"] == plain["span_s"]
+
+
+def test_reads_waiting_for_readahead_in_flight(tmp_path):
+    """Reads that find their pages in the cache, added by an earlier read's
+    readahead but still being read in through the limit (dd's 1 MiB reads
+    under a cgroup throttle, the readahead window grown to 8 MiB), add
+    nothing to the cache yet wait for storage: their thread blocks
+    uninterruptibly inside the read (offcpu flags 258, TASK_KILLABLE). That
+    time counts in storage_wait_share. Asleep interruptibly inside a read
+    (flags 1) it does not. Before, only reads that added pages counted: a
+    quarter of the span here, and no finding."""
+    ra = device_finding(throttled_reader(tmp_path / "ra", stray=False, readahead=258))
+    assert ra["storage_wait_share"] >= 0.99, ra
+    assert abs(ra["ceiling_bytes_per_s"] - RATE) <= 0.01 * RATE, ra
+    r = build_report(throttled_reader(tmp_path / "int", stray=False, readahead=1), Targets(),
+                     only=["device-at-limit"])
+    assert r.errors == [] and not [f for f in r.findings if f.id == "device-at-limit"]
 
 
 def test_requests_without_their_completion(tmp_path):
