@@ -20,7 +20,10 @@
  * - Both mark the files they read (at submission) and write in job_files, so
  *   that block.bpf.c charges to the job what kernel threads submit for them.
  * A separate object from iotrace.bpf.c: a kernel without io_uring still
- * traces system calls; it reuses the core's maps.
+ * traces system calls; it reuses the core's maps. libaio's code is in
+ * libaio.h: the core calls it from its syscall tracepoint programs, and the
+ * fentry/fexit programs here call it where the core hooks system calls with
+ * fentry.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -49,37 +52,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define OP_WRITE 23
 #define OP_OPENAT2 28
 
-/* IOCB_CMD_* (uapi) */
-#define CMD_PREAD 0
-#define CMD_PWRITE 1
-#define CMD_FSYNC 2
-#define CMD_FDSYNC 3
-#define CMD_PREADV 7
-#define CMD_PWRITEV 8
-
-#define AIO_MAX_BATCH 256   /* iocbs of one io_submit, events of one io_getevents */
-
 #include "shared_maps.h"
 #include "task_state.h"
 #include "user_iov.h"
 
-/* One request between submission and completion. */
-struct pending {
-	__u64 ts;
-	__s64 off;
-	__u64 len;
-	__u64 ino;        /* libaio: the fd's file at submission */
-	__u32 dev;
-	__u32 magic;
-	__u32 pid;
-	__u32 tid;
-	__s32 fd;
-	__s32 dirfd;
-	__u16 op;
-	__u16 eflags;
-	__u16 imode;
-	__u16 code;       /* IORING_OP_* or IOCB_CMD_* */
-};
+#include "libaio.h"
 
 /* LRU: a request whose completion never shows (cancelled with its ring) is
  * evicted, not leaked; requests told to skip their completion are not
@@ -104,33 +81,6 @@ struct {
 	__type(value, struct path_buf);
 } uring_paths SEC(".maps");
 
-struct aio_key {
-	__u64 iocb;       /* the iocb's user address */
-	__u32 pid;
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct aio_key);
-	__type(value, struct pending);
-} aio_reqs SEC(".maps");
-
-/* A thread's io_submit or io_getevents in flight: its array argument. */
-struct aio_call {
-	__u64 ts;
-	__u64 arr;        /* iocb ** (io_submit) or struct io_event * (io_getevents) */
-	__u64 nr;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);                /* tid */
-	__type(value, struct aio_call);
-} aio_calls SEC(".maps");
-
 /* Record plus payload, for openat/statx paths. */
 struct big_event {
 	struct iot_event ev;
@@ -143,127 +93,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct big_event);
 } aio_scratch SEC(".maps");
-
-/* The last file whose identity this CPU read: a ring or an aio context
- * mostly works on the same few files, and reading an identity is six
- * dependent kernel reads. Keyed by the file and its inode pointer both. */
-struct file_cache {
-	__u64 file, inode, ino;
-	__u32 dev, magic;
-	__u16 imode;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct file_cache);
-} last_file SEC(".maps");
-
-/* The identity of a struct file into a record's ino/dev/fs_magic/imode. */
-static __always_inline void file_identity(struct file *f, struct iot_event *e)
-{
-	struct file_cache *c;
-	struct inode *inode;
-	__u32 zero = 0;
-
-	if (!f)
-		return;
-	/* read each time, not cached: fcntl(F_SETFL) can turn it on or off */
-	if (BPF_CORE_READ(f, f_flags) & IOT_O_DIRECT)
-		e->eflags |= IOT_EF_DIRECT;
-	inode = BPF_CORE_READ(f, f_inode);
-	if (!inode)
-		return;
-	c = bpf_map_lookup_elem(&last_file, &zero);
-	if (c && c->file == (__u64)f && c->inode == (__u64)inode) {
-		e->imode = c->imode;
-		e->ino = c->ino;
-		e->dev = c->dev;
-		e->fs_magic = c->magic;
-		return;
-	}
-	e->imode = BPF_CORE_READ(inode, i_mode) & S_IFMT_;
-	e->ino = BPF_CORE_READ(inode, i_ino);
-	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	e->fs_magic = BPF_CORE_READ(inode, i_sb, s_magic);
-	if (c) {
-		c->file = (__u64)f;
-		c->inode = (__u64)inode;
-		c->imode = e->imode;
-		c->ino = e->ino;
-		c->dev = e->dev;
-		c->magic = e->fs_magic;
-	}
-}
-
-/* A task's open file by its fd (NULL where there is none). */
-static __always_inline struct file *fd_to_file(struct task_struct *task, int fd)
-{
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds, *f = NULL;
-
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
-	return f;
-}
-
-/* The last file this CPU marked in job_files, and how. */
-struct marked {
-	__u64 ino;
-	__u32 dev;
-	__u32 tgid;
-	__u64 how;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct marked);
-} last_marked SEC(".maps");
-
-/*
- * A regular file a request of the job reads or writes: what kernel threads
- * submit for it is the job's (block.bpf.c): bios an I/O throttle held back
- * and dispatches from a worker while the request waits, and writeback. Reads
- * are marked at submission, before their bios exist. A ring or an aio
- * context mostly works on one file at a time: the last file marked on this
- * CPU is not looked up again.
- */
-static __always_inline void mark_job_file(__u32 tgid, const struct iot_event *id, __u64 how)
-{
-	struct file_key k = {};
-	struct marked *m;
-	__u64 v = tgid | how, *known;
-	__u32 zero = 0;
-
-	if (id->imode != S_IFREG_ || !id->ino)
-		return;
-	m = bpf_map_lookup_elem(&last_marked, &zero);
-	if (m && m->ino == id->ino && m->dev == id->dev && m->tgid == tgid &&
-	    (m->how & how) == how)
-		return;
-	k.ino = id->ino;
-	k.dev = id->dev;
-	known = bpf_map_lookup_elem(&job_files, &k);
-	if (known && (__u32)*known == tgid)
-		v |= *known;
-	if (!known || *known != v)
-		bpf_map_update_elem(&job_files, &k, &v, BPF_ANY);
-	if (!m)
-		return;
-	if (m->ino == id->ino && m->dev == id->dev && m->tgid == tgid) {
-		m->how |= how;
-	} else {
-		m->ino = id->ino;
-		m->dev = id->dev;
-		m->tgid = tgid;
-		m->how = how;
-	}
-}
 
 /* ---- io_uring ----------------------------------------------------------- */
 
@@ -327,7 +156,7 @@ static __always_inline int uring_submit(struct io_kiocb *req)
 			struct iot_event id = {};
 
 			file_identity(fd_to_file(bpf_get_current_task_btf(), p.fd), &id);
-			mark_job_file(p.pid, &id, IOT_JOB_READ);
+			mark_request_file(p.pid, &id, IOT_JOB_READ);
 		}
 	} else if (p.op == IOT_IO_URING_FSYNC) {
 		struct io_sync *sy = (void *)&req->cmd;
@@ -425,7 +254,7 @@ int BPF_PROG(iot_uring_complete, void *ctx_, void *req_)
 		file_identity(BPF_CORE_READ(req, file), e);
 	/* a write's writeback comes after it */
 	if (p->op == IOT_IO_URING_READ || p->op == IOT_IO_URING_WRITE)
-		mark_job_file(p->pid, e, p->op == IOT_IO_URING_READ ? IOT_JOB_READ : IOT_JOB_WROTE);
+		mark_request_file(p->pid, e, p->op == IOT_IO_URING_READ ? IOT_JOB_READ : IOT_JOB_WROTE);
 	if (b) {
 		len &= IOT_PATH_MAX - 1;
 		e->str_len = len;
@@ -439,112 +268,7 @@ out:
 	return 0;
 }
 
-/* ---- libaio ------------------------------------------------------------- */
-
-static __always_inline __u16 aio_op(__u16 cmd)
-{
-	switch (cmd) {
-	case CMD_PREAD: case CMD_PREADV:
-		return IOT_AIO_READ;
-	case CMD_PWRITE: case CMD_PWRITEV:
-		return IOT_AIO_WRITE;
-	case CMD_FSYNC: case CMD_FDSYNC:
-		return IOT_AIO_FSYNC;
-	}
-	return IOT_AIO_OTHER;
-}
-
-struct submit_ctx {
-	struct aio_call *call;
-	struct task_struct *task;
-	__u32 pid, tid;
-};
-
-static long submit_one(__u32 i, void *data)
-{
-	struct submit_ctx *c = data;
-	struct aio_key k = { .pid = c->pid };
-	struct pending p = {};
-	struct iot_event id = {};
-	struct iocb cb;
-	__u64 uptr = 0;
-
-	if (bpf_probe_read_user(&uptr, sizeof(uptr), (void *)(c->call->arr + i * 8)) || !uptr)
-		return 1;
-	if (bpf_probe_read_user(&cb, sizeof(cb), (void *)uptr))
-		return 1;
-	k.iocb = uptr;
-	p.ts = c->call->ts;
-	p.pid = c->pid;
-	p.tid = c->tid;
-	p.fd = cb.aio_fildes;
-	p.dirfd = -1;
-	p.code = cb.aio_lio_opcode;
-	p.op = aio_op(p.code);
-	p.off = p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE ? cb.aio_offset : -1;
-	if (p.code == CMD_PREADV || p.code == CMD_PWRITEV)
-		p.len = iov_bytes(cb.aio_buf, cb.aio_nbytes, &p.eflags);
-	else if (p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE)
-		p.len = cb.aio_nbytes;
-	file_identity(fd_to_file(c->task, p.fd), &id);
-	p.eflags |= id.eflags & IOT_EF_DIRECT;
-	p.ino = id.ino;
-	p.dev = id.dev;
-	p.magic = id.fs_magic;
-	p.imode = id.imode;
-	if (p.op == IOT_AIO_READ || p.op == IOT_AIO_WRITE)
-		mark_job_file(p.pid, &id, p.op == IOT_AIO_READ ? IOT_JOB_READ : IOT_JOB_WROTE);
-	if (bpf_map_update_elem(&aio_reqs, &k, &p, BPF_ANY))
-		count(IOT_CNT_ASYNC_LOST);
-	return 0;
-}
-
-/* io_submit(ctx, nr, iocbpp): entry. The syscall tracepoints or, where the
- * core object hooks system calls with fentry (no syscall tracepoint may be
- * attached then), fentry/fexit on the syscalls' functions call these. */
-static __always_inline int submit_enter(long nr, __u64 arr)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct aio_call call = {};
-	struct submit_ctx c = { .pid = pid_tgid >> 32, .tid = (__u32)pid_tgid };
-
-	if (!traced_tgid(c.pid) || nr <= 0)
-		return 0;
-	call.ts = bpf_ktime_get_ns();
-	call.arr = arr;
-	call.nr = nr;
-	if (nr > AIO_MAX_BATCH) {
-		count_add(IOT_CNT_ASYNC_LOST, nr - AIO_MAX_BATCH);
-		nr = AIO_MAX_BATCH;
-	}
-	c.call = &call;
-	c.task = bpf_get_current_task_btf();
-	bpf_loop(nr, submit_one, &c, 0);
-	bpf_map_update_elem(&aio_calls, &c.tid, &call, BPF_ANY);
-	return 0;
-}
-
-struct unsubmit_ctx {
-	__u64 arr;
-	__u32 pid;
-};
-
-static long forget_one(__u32 i, void *data)
-{
-	struct unsubmit_ctx *c = data;
-	struct aio_key k = { .pid = c->pid };
-
-	if (bpf_probe_read_user(&k.iocb, sizeof(k.iocb), (void *)(c->arr + i * 8)))
-		return 1;
-	bpf_map_delete_elem(&aio_reqs, &k);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_enter_io_submit")
-int iot_aio_submit(struct trace_event_raw_sys_enter *ctx)
-{
-	return submit_enter(ctx->args[1], ctx->args[2]);
-}
+/* ---- libaio through fentry/fexit (the core's hooks are fentry) ------------ */
 
 SEC("fentry/__x64_sys_io_submit")
 int BPF_PROG(iot_aio_submit_fe, struct pt_regs *regs)
@@ -552,64 +276,10 @@ int BPF_PROG(iot_aio_submit_fe, struct pt_regs *regs)
 	return submit_enter(regs->si, regs->dx);
 }
 
-/* iocbs past io_submit's result were not submitted: forget them. */
-static __always_inline int submit_exit(long done)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct aio_call *call = bpf_map_lookup_elem(&aio_calls, &tid);
-	struct unsubmit_ctx c;
-	long nr;
-
-	if (!call)
-		return 0;
-	c.arr = call->arr;
-	c.pid = pid_tgid >> 32;
-	nr = call->nr > AIO_MAX_BATCH ? AIO_MAX_BATCH : call->nr;
-	if (done < 0)
-		done = 0;
-	bpf_map_delete_elem(&aio_calls, &tid);
-	if (done < nr) {
-		c.arr += done * 8;   /* the first not submitted */
-		bpf_loop(nr - done, forget_one, &c, 0);
-	}
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_io_submit")
-int iot_aio_submit_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return submit_exit(ctx->ret);
-}
-
 SEC("fexit/__x64_sys_io_submit")
 int BPF_PROG(iot_aio_submit_exit_fe, struct pt_regs *regs, long ret)
 {
 	return submit_exit(ret);
-}
-
-static __always_inline int getevents_enter(__u64 events)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct aio_call call = { .arr = events };
-
-	if (!traced_tgid(pid_tgid >> 32))
-		return 0;
-	bpf_map_update_elem(&aio_calls, &tid, &call, BPF_ANY);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_enter_io_getevents")
-int iot_aio_getevents(struct trace_event_raw_sys_enter *ctx)
-{
-	return getevents_enter(ctx->args[3]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_io_pgetevents")
-int iot_aio_pgetevents(struct trace_event_raw_sys_enter *ctx)
-{
-	return getevents_enter(ctx->args[3]);
 }
 
 /* the fourth argument of a system call is in r10 */
@@ -623,85 +293,6 @@ SEC("fentry/__x64_sys_io_pgetevents")
 int BPF_PROG(iot_aio_pgetevents_fe, struct pt_regs *regs)
 {
 	return getevents_enter(regs->r10);
-}
-
-struct reap_ctx {
-	__u64 arr;
-	__u64 now;
-	__u32 pid;
-};
-
-static long reap_one(__u32 i, void *data)
-{
-	struct reap_ctx *c = data;
-	struct io_event ev;
-	struct aio_key k = { .pid = c->pid };
-	struct pending *p;
-	struct iot_event *e;
-
-	if (bpf_probe_read_user(&ev, sizeof(ev), (void *)(c->arr + i * sizeof(ev))))
-		return 1;
-	k.iocb = ev.obj;
-	p = bpf_map_lookup_elem(&aio_reqs, &k);
-	if (!p) {
-		count(IOT_CNT_ASYNC_LOST);   /* submitted before the trace, or not kept */
-		return 0;
-	}
-	e = reserve_event();
-	if (e) {
-		blank_event(e, p->op, p->pid, p->tid);
-		e->ts_ns = p->ts;
-		e->dur_ns = c->now - p->ts;
-		e->ret = ev.res;
-		e->arg = ev.obj;
-		e->fd = p->fd;
-		e->offset = p->off;
-		e->req_bytes = p->len;
-		e->flags = p->code;
-		e->eflags = p->eflags;
-		e->ino = p->ino;
-		e->dev = p->dev;
-		e->fs_magic = p->magic;
-		e->imode = p->imode;
-		bpf_ringbuf_submit(e, 0);
-	}
-	bpf_map_delete_elem(&aio_reqs, &k);
-	return 0;
-}
-
-static __always_inline int getevents_exit(long ret)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct aio_call *call = bpf_map_lookup_elem(&aio_calls, &tid);
-	struct reap_ctx c;
-
-	if (!call)
-		return 0;
-	c.arr = call->arr;
-	c.now = bpf_ktime_get_ns();
-	c.pid = pid_tgid >> 32;
-	bpf_map_delete_elem(&aio_calls, &tid);
-	if (ret <= 0)
-		return 0;
-	if (ret > AIO_MAX_BATCH) {
-		count_add(IOT_CNT_ASYNC_LOST, ret - AIO_MAX_BATCH);
-		ret = AIO_MAX_BATCH;
-	}
-	bpf_loop(ret, reap_one, &c, 0);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_io_getevents")
-int iot_aio_getevents_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return getevents_exit(ctx->ret);
-}
-
-SEC("tracepoint/syscalls/sys_exit_io_pgetevents")
-int iot_aio_pgetevents_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return getevents_exit(ctx->ret);
 }
 
 SEC("fexit/__x64_sys_io_getevents")

@@ -50,6 +50,7 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 #include "http_capture.h"
 #include "profile.h"
 #include "syscall_hooks.h"
+#include "libaio.h"
 
 
 /* Scratch space for records that carry a payload (paths, argv, names). */
@@ -1140,6 +1141,8 @@ int BPF_PROG(iot_sys_enter, struct pt_regs *regs, long id)
 {
 	if (id < 0 || id >= IOT_MAX_SYSCALLS)
 		return 0;
+	if (libaio_syscall(id))
+		libaio_sys_enter(regs, id);
 	return on_enter_op(regs, sys_op[id]);
 }
 
@@ -1148,6 +1151,10 @@ int BPF_PROG(iot_sys_exit, struct pt_regs *regs, long ret)
 {
 	long id = regs->orig_ax;
 
+	if (libaio_syscall(id)) {
+		libaio_sys_exit(id, ret);
+		return 0;
+	}
 	if (id < 0 || id >= IOT_MAX_SYSCALLS || !sys_op[id])
 		return 0;
 	return on_exit_op(regs, sys_op[id], ret);

@@ -55,8 +55,10 @@ static struct probe block_probes[] = {
 	     "iot_rq_complete", false),
 };
 
-/* bpf/aio.bpf.c: io_uring (vmlinux tracepoints) and libaio (the syscall
- * tracepoints of io_submit and io_getevents) */
+/* bpf/aio.bpf.c: io_uring (vmlinux tracepoints) and libaio (bpf/libaio.h:
+ * run from the core's sys_enter/sys_exit where those are the hooks, else by
+ * fentry/fexit programs of aio.bpf.c). The libaio entries' tp names the
+ * syscall tracepoint the core's program filters on. */
 #define N_URING_PROBES 2
 static struct probe aio_probes[] = {
 	CORE("io_uring submissions (io_uring_submit_req)", "io_uring_submit_req",
@@ -210,21 +212,6 @@ static struct block_bpf *load_block(struct bpf_object *core, struct btf *vmlinux
 	return o;
 }
 
-/* A syscall tracepoint's event directory (kernels built without
- * CONFIG_FTRACE_SYSCALLS have none). */
-static bool have_syscall_tracepoint(const char *tp)
-{
-	static const char *roots[] = { "/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events" };
-	char path[256];
-
-	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
-		snprintf(path, sizeof(path), "%s/%s", roots[i], tp);
-		if (access(path, F_OK) == 0)
-			return true;
-	}
-	return false;
-}
-
 /* Whether tracepoint tp's argument idx (0: the first after the hidden
  * context) is a pointer (to struct `target` when given). */
 static bool tp_arg_is_ptr(const struct btf *btf, const char *tp, int idx, const char *target)
@@ -272,10 +259,14 @@ static void aio_by_fentry(struct aio_bpf *o, struct probe *aio, int naio, struct
 		snprintf(name, sizeof(name), "%s_fe", aio[i].prog);
 		fe = bpf_object__find_program_by_name(o->obj, name);
 		if (!fentry) {
+			/* the core's sys_enter/sys_exit programs run libaio's code:
+			 * attached when they are (a required probe) */
 			bpf_program__set_autoload(fe, false);
+			aio[i].bpf = NULL;
+			aio[i].shared_hook = true;
+			aio[i].tp = i % 2 ? "sys_exit" : "sys_enter";
 			continue;
 		}
-		bpf_program__set_autoload(aio[i].bpf, false);
 		aio[i].bpf = fe;
 		snprintf(name, sizeof(name), "__x64_sys_%s", fns[i]);
 		if (btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) <= 0) {
@@ -326,16 +317,13 @@ static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux, bo
 		skip_probes(p, N_URING_PROBES, "this kernel's io_uring_complete passes no request "
 			    "(older than 6.0)");
 	aio_by_fentry(o, aio, naio, vmlinux, fentry);
-	for (int i = 0; i < naio && !fentry; i++)
-		if (!have_syscall_tracepoint(aio[i].tp))
-			skip_probes(aio, naio, "no %s tracepoint (mount tracefs, or a kernel "
-				    "without syscall tracepoints)", aio[i].tp);
-	if (p[0].why[0] && aio[0].why[0]) {
+	if (p[0].why[0] && (aio[0].why[0] || !fentry)) {
 		aio_bpf__destroy(o);
 		return NULL;
 	}
 	if (share_core_maps(o->obj, core) || aio_bpf__load(o)) {
-		skip_probes(p, n, "load failed: %s", strerror(errno));
+		/* libaio by the core's programs does not need this object */
+		skip_probes(p, fentry ? n : N_URING_PROBES, "load failed: %s", strerror(errno));
 		aio_bpf__destroy(o);
 		return NULL;
 	}

@@ -54,7 +54,8 @@ void skip_probes(struct probe *p, int n, const char *fmt, ...)
 
 int share_core_maps(struct bpf_object *obj, struct bpf_object *core)
 {
-	static const char *shared[] = { "traced", "events", "counters", "inflight", "job_files" };
+	static const char *shared[] = { "traced", "events", "counters", "inflight", "job_files",
+					"aio_reqs", "aio_calls" };
 
 	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
 		struct bpf_map *m = bpf_object__find_map_by_name(obj, shared[i]);
@@ -231,7 +232,7 @@ void json_probes(char *buf, size_t len, const struct probe *p, int n, bool attac
 
 	off += snprintf(buf + off, len - off, "[");
 	for (int i = 0; i < n && off < len; i++) {
-		if ((p[i].link || p[i].in_multi) != attached)
+		if ((p[i].link || p[i].in_multi || p[i].shared_hook) != attached)
 			continue;
 		if (attached)
 			off += snprintf(buf + off, len - off, "%s\"%s\"", off > 1 ? "," : "", p[i].name);

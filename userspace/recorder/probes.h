@@ -22,6 +22,8 @@ struct probe {
 	struct bpf_program *bpf;
 	struct bpf_link *link, *ret_link;
 	bool in_multi;         /* attached through a uprobe_multi link (see below) */
+	bool shared_hook;      /* run by another probe's program (libaio in the core's
+				* sys_enter/sys_exit): attached with it */
 	char why[160];
 };
 
