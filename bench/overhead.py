@@ -265,6 +265,39 @@ def iotrace_tracing_sleep(trace_dir: Path):
         stop(proc, signal.SIGTERM)   # passed on to sleep; iotrace then finishes the trace
 
 
+def build_hook_floor(workdir: Path) -> tuple[Path | None, str]:
+    """bench/hook_floor.bpf.c and its loader, built into workdir: (loader and
+    object, or None with the reason)."""
+    repo = BENCH_DIR.parent
+    vmlinux = repo / "build" / "vmlinux.h"
+    obj, exe = workdir / "hook_floor.bpf.o", workdir / "hook_floor"
+    if not vmlinux.exists():
+        return None, "skipped (no build/vmlinux.h: run make)"
+    for cmd in (["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86",
+                 f"-I{vmlinux.parent}", "-c", str(BENCH_DIR / "hook_floor.bpf.c"), "-o", str(obj)],
+                ["gcc", "-O2", "-o", str(exe), str(BENCH_DIR / "hook_floor.c"), "-lbpf"]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return None, f"skipped ({cmd[0]} failed: {last_line(r.stderr)})"
+    return exe, ""
+
+
+@contextmanager
+def hook_floor_running(exe: Path):
+    """Empty programs on iotrace's system-call hooks while the block runs."""
+    proc = subprocess.Popen([str(exe), str(exe.parent / "hook_floor.bpf.o")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("attached"):
+            raise BenchError(f"hook floor did not attach: {last_line(proc.stderr.read())}")
+        yield
+    finally:
+        proc.stdin.close()
+        stop(proc)
+
+
 # ---- the four measurements -----------------------------------------------------
 
 def tool_skip_reason(tool: str) -> str | None:
@@ -344,24 +377,36 @@ def sustained_rate(trace_dir: Path, window_ns: int = 500_000_000) -> float | Non
 
 def measure_system_wide(cfg: Config, datafile: Path) -> dict:
     trace_dir = cfg.workdir / "trace-sleep"
-    base, during, ratios, sleep_events = [], [], [], []
+    floor_exe, floor_skip = build_hook_floor(cfg.workdir)
+    variants = ["none", "sleep"] + (["floor"] if floor_exe else [])
+    base, during, floor, ratios, floor_ratios, sleep_events = [], [], [], [], [], []
     for rep in range(cfg.reps):
         warm_page_cache(datafile)
-        pair = {}
-        for variant in (("none", "sleep") if rep % 2 == 0 else ("sleep", "none")):
+        got = {}
+        for variant in variants[rep % len(variants):] + variants[:rep % len(variants)]:
             if variant == "none":
-                pair[variant] = ns_per_io(fio_untraced(datafile, cfg.io_size))
+                got[variant] = ns_per_io(fio_untraced(datafile, cfg.io_size))
+            elif variant == "floor":
+                with hook_floor_running(floor_exe):
+                    got[variant] = ns_per_io(fio_untraced(datafile, cfg.io_size))
             else:
                 with iotrace_tracing_sleep(trace_dir):
-                    pair[variant] = ns_per_io(fio_untraced(datafile, cfg.io_size))
+                    got[variant] = ns_per_io(fio_untraced(datafile, cfg.io_size))
                 sleep_events.append(read_meta(trace_dir).get("events", 0))
-        base.append(pair["none"])
-        during.append(pair["sleep"])
-        ratios.append(pair["sleep"] / pair["none"])
-        progress(f"system-wide rep {rep + 1}/{cfg.reps}: no iotrace {pair['none']:.0f} ns, "
-                 f"iotrace on sleep {pair['sleep']:.0f} ns")
+        base.append(got["none"])
+        during.append(got["sleep"])
+        ratios.append(got["sleep"] / got["none"])
+        if "floor" in got:
+            floor.append(got["floor"])
+            floor_ratios.append(got["floor"] / got["none"])
+        progress(f"system-wide rep {rep + 1}/{cfg.reps}: no iotrace {got['none']:.0f} ns, "
+                 f"iotrace on sleep {got['sleep']:.0f} ns"
+                 + (f", empty programs {got['floor']:.0f} ns" if "floor" in got else ""))
     return dict(base=statistics.median(base), during=statistics.median(during),
-                ratio=statistics.median(ratios), sleep_events=max(sleep_events))
+                ratio=statistics.median(ratios), sleep_events=max(sleep_events),
+                floor=statistics.median(floor) if floor else None,
+                floor_ratio=statistics.median(floor_ratios) if floor else None,
+                floor_skip=floor_skip)
 
 
 # ---- report --------------------------------------------------------------------
@@ -407,6 +452,11 @@ def format_table(cfg: Config, slowdown: list[Variant], rate: dict, system: dict)
     rows.append(("  fio, iotrace traces a sleep", f"{system['during']:6.0f} ns/IO "
                  f"{fmt_ratio(system['ratio'])}", f"<= {SYSTEM_WIDE_BUDGET}x",
                  verdict(system["ratio"] <= SYSTEM_WIDE_BUDGET)))
+    if system["floor"] is not None:
+        rows.append(("  fio, empty programs on the hooks", f"{system['floor']:6.0f} ns/IO "
+                     f"{fmt_ratio(system['floor_ratio'])}", "floor (the kernel's hooks)", ""))
+    else:
+        rows.append(("  fio, empty programs on the hooks", system["floor_skip"], "", ""))
     rows.append(("  events in the sleep's trace", f"{system['sleep_events']} (fio not traced)",
                  "", ""))
 
