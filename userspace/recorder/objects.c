@@ -57,23 +57,20 @@ static struct probe block_probes[] = {
 
 /* bpf/aio.bpf.c: io_uring (vmlinux tracepoints) and libaio (bpf/libaio.h:
  * run from the core's sys_enter/sys_exit where those are the hooks, else by
- * fentry/fexit programs of aio.bpf.c). The libaio entries' tp names the
- * syscall tracepoint the core's program filters on. */
+ * fentry/fexit programs of aio.bpf.c). A libaio entry's tp is the system
+ * call, prog its fentry/fexit program. */
 #define N_URING_PROBES 2
 static struct probe aio_probes[] = {
 	CORE("io_uring submissions (io_uring_submit_req)", "io_uring_submit_req",
 	     "iot_uring_submit", false),
 	CORE("io_uring completions (io_uring_complete)", "io_uring_complete",
 	     "iot_uring_complete", false),
-	CORE("libaio io_submit", "syscalls/sys_enter_io_submit", "iot_aio_submit", false),
-	CORE("libaio io_submit exit", "syscalls/sys_exit_io_submit", "iot_aio_submit_exit", false),
-	CORE("libaio io_getevents", "syscalls/sys_enter_io_getevents", "iot_aio_getevents", false),
-	CORE("libaio io_getevents exit", "syscalls/sys_exit_io_getevents",
-	     "iot_aio_getevents_exit", false),
-	CORE("libaio io_pgetevents", "syscalls/sys_enter_io_pgetevents", "iot_aio_pgetevents",
-	     false),
-	CORE("libaio io_pgetevents exit", "syscalls/sys_exit_io_pgetevents",
-	     "iot_aio_pgetevents_exit", false),
+	CORE("libaio io_submit", "io_submit", "iot_aio_submit_fe", false),
+	CORE("libaio io_submit exit", "io_submit", "iot_aio_submit_exit_fe", false),
+	CORE("libaio io_getevents", "io_getevents", "iot_aio_getevents_fe", false),
+	CORE("libaio io_getevents exit", "io_getevents", "iot_aio_getevents_exit_fe", false),
+	CORE("libaio io_pgetevents", "io_pgetevents", "iot_aio_pgetevents_fe", false),
+	CORE("libaio io_pgetevents exit", "io_pgetevents", "iot_aio_pgetevents_exit_fe", false),
 };
 
 /* bpf/netfs.bpf.c */
@@ -244,34 +241,26 @@ static bool tp_arg_is_ptr(const struct btf *btf, const char *tp, int idx, const 
  * its completion); libaio: all six or none, likewise. The submission
  * tracepoint is io_uring_submit_req from 6.4, io_uring_submit_sqe(req, ...)
  * in 6.0-6.3; older kernels pass no request: no io_uring probes there. */
-/* libaio through fentry/fexit on the syscalls' functions: each tracepoint
- * probe's program swapped for its _fe twin (bpf/aio.bpf.c). */
-static void aio_by_fentry(struct aio_bpf *o, struct probe *aio, int naio, struct btf *vmlinux,
-			  bool fentry)
+/* libaio: run by the core's sys_enter/sys_exit programs where those are the
+ * hooks, else by fentry/fexit on the system calls' functions (bpf/aio.bpf.c). */
+static void libaio_hooks(struct probe *aio, int naio, struct btf *vmlinux, bool fentry)
 {
-	static const char *fns[] = { "io_submit", "io_submit", "io_getevents", "io_getevents",
-				     "io_pgetevents", "io_pgetevents" };
 	char name[96];
 
 	for (int i = 0; i < naio; i++) {
-		struct bpf_program *fe;
+		struct bpf_program *fe = aio[i].bpf;   /* found by load_aio */
 
-		snprintf(name, sizeof(name), "%s_fe", aio[i].prog);
-		fe = bpf_object__find_program_by_name(o->obj, name);
 		if (!fentry) {
-			/* the core's sys_enter/sys_exit programs run libaio's code:
-			 * attached when they are (a required probe) */
+			/* attached when the core's programs are (a required probe) */
 			bpf_program__set_autoload(fe, false);
 			aio[i].bpf = NULL;
 			aio[i].shared_hook = true;
-			aio[i].tp = i % 2 ? "sys_exit" : "sys_enter";
 			continue;
 		}
-		aio[i].bpf = fe;
-		snprintf(name, sizeof(name), "__x64_sys_%s", fns[i]);
+		snprintf(name, sizeof(name), "__x64_sys_%s", aio[i].tp);
 		if (btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) <= 0) {
 			snprintf(aio[i].why, sizeof(aio[i].why), "this kernel has no %s (no AIO)",
-				 fns[i]);
+				 aio[i].tp);
 			bpf_program__set_autoload(fe, false);
 		}
 	}
@@ -316,7 +305,7 @@ static struct aio_bpf *load_aio(struct bpf_object *core, struct btf *vmlinux, bo
 	else if (!tp_arg_is_ptr(vmlinux, "io_uring_complete", 1, NULL))
 		skip_probes(p, N_URING_PROBES, "this kernel's io_uring_complete passes no request "
 			    "(older than 6.0)");
-	aio_by_fentry(o, aio, naio, vmlinux, fentry);
+	libaio_hooks(aio, naio, vmlinux, fentry);
 	if (p[0].why[0] && (aio[0].why[0] || !fentry)) {
 		aio_bpf__destroy(o);
 		return NULL;
