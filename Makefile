@@ -73,16 +73,33 @@ $(BUILD)/vmlinux.h:
 
 BPF_OBJS := iotrace block aio netfs rdma verbs tls
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them
-.SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o)
-RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c profile.c hooks.c)
+.SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o) $(BUILD)/iotrace_direct.bpf.o
+RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c profile.c hooks.c core_object.c)
 
-$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h bpf/profile.h bpf/syscall_hooks.h bpf/request_file.h bpf/libaio.h $(BUILD)/vmlinux.h
-	$(CLANG) -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf -c $< -o $@
+BPF_HEADERS := bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h bpf/profile.h bpf/syscall_hooks.h bpf/request_file.h bpf/libaio.h
+BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
+
+$(BUILD)/%.bpf.o: bpf/%.bpf.c $(BPF_HEADERS) $(BUILD)/vmlinux.h
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+# The core object again with direct kernel reads (bpf_rdonly_cast, kernels
+# 6.2+): the recorder loads it in the core object's place where the kernel
+# has that kfunc, so both must have the same maps, programs and variables;
+# the skeletons' declarations are compared to make sure.
+$(BUILD)/iotrace_direct.bpf.o: bpf/iotrace.bpf.c $(BPF_HEADERS) $(BUILD)/vmlinux.h
+	$(CLANG) $(BPF_CFLAGS) -DIOT_DIRECT_READS -c $< -o $@
 
 $(BUILD)/%.skel.h: $(BUILD)/%.bpf.o
 	$(BPFTOOL) gen skeleton $< name $*_bpf > $@
 
-$(RECORDER): $(RECORDER_SRC) userspace/recorder/*.h bpf/iotrace.h $(BPF_OBJS:%=$(BUILD)/%.skel.h)
+$(BUILD)/iotrace_direct.skel.h: $(BUILD)/iotrace_direct.bpf.o $(BUILD)/iotrace.skel.h
+	$(BPFTOOL) gen skeleton $< name iotrace_bpf | sed '/__elf_bytes(size_t \*sz);$$/q' > $@.decl
+	sed '/__elf_bytes(size_t \*sz);$$/q' $(BUILD)/iotrace.skel.h | cmp -s - $@.decl || \
+		{ echo "iotrace_direct.bpf.o differs from iotrace.bpf.o in more than code"; exit 1; }
+	rm -f $@.decl
+	$(BPFTOOL) gen skeleton $< name iotrace_direct_bpf > $@
+
+$(RECORDER): $(RECORDER_SRC) userspace/recorder/*.h bpf/iotrace.h $(BPF_OBJS:%=$(BUILD)/%.skel.h) $(BUILD)/iotrace_direct.skel.h
 	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $(RECORDER_SRC) -lbpf -lelf -lz -o $@
 
 # Copied by rename: a recorder that is running keeps its old binary.

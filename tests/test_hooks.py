@@ -45,6 +45,15 @@ def test_bad_hooks_setting_is_one_line(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+def test_bad_kernel_reads_setting_is_one_line(tmp_path):
+    proc = iotrace_cmd("run", "-q", "-o", str(tmp_path / "t"), "--", "true",
+                       env={**os.environ, "IOTRACE_KERNEL_READS": "fast"})
+    assert proc.returncode == 3
+    assert "IOTRACE_KERNEL_READS=fast: give direct, probe or auto" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "t").exists()
+
+
 def test_default_hooks_are_named_and_fentry_matches_tracepoints(tmp_path):
     """The default (auto) run names its hooks. Where it got fentry (the 6.1 VM),
     a run on the tracepoints must record the same calls; where the kernel
@@ -87,3 +96,52 @@ def test_default_hooks_are_named_and_fentry_matches_tracepoints(tmp_path):
                                                  fd + "%")) == \
         sorted(p[len(td):] for (p,) in rows(tp, "select path from files where path like ?",
                                             td + "%"))
+
+
+def test_direct_and_probe_reads_record_the_same_calls(tmp_path):
+    """The core object's two builds read a call's file identity (its file,
+    inode and super block; its position; O_DIRECT; a socket's family, a
+    device's number) with direct loads (bpf_rdonly_cast, kernels 6.2+) or
+    with helper calls: call by call, on every kind of fd, the same records.
+    A kernel without the kfunc (the 6.1 VM) runs the helper reads, and says
+    why."""
+    traces = {}
+    for want in ("auto", "probe"):
+        env = {**AUTO_ENV, "IOTRACE_KERNEL_READS": want} if want == "probe" else AUTO_ENV
+        d = tmp_path / f"data-{want}"
+        proc, trace = trace_run(tmp_path / want, "python3", str(WORKLOADS / "identity_mix.py"),
+                                str(d), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert trace.meta["drops"] == 0
+        traces[want] = (trace, str(d) + "/")
+    auto, probe = traces["auto"][0].meta["probes"], traces["probe"][0].meta["probes"]
+    assert probe["kernel_reads"] == "probe"
+    assert probe["kernel_reads_why"] == "IOTRACE_KERNEL_READS=probe"
+    if auto["kernel_reads"] == "probe":
+        assert "bpf_rdonly_cast" in auto["kernel_reads_why"]
+        print("no bpf_rdonly_cast here: only the helper reads run")
+        return
+    assert auto["kernel_reads"] == "direct" and not auto["kernel_reads_why"]
+
+    def calls(trace, d):
+        start = rows(trace, """select min(e.ts_ns) from events e join files f using (file_id)
+                               where f.path = ?""", d + "start")[0][0]
+        assert start is not None
+        return rows(trace, """
+            select e.op, e.fd_kind, e."offset", e.req_bytes, e.ret, e.mode, e.eflags,
+                   replace(f.path, ?, 'D/'), f.fs_type, f.dev_major, f.dev_minor,
+                   f.ino is not null
+            from events e left join files f using (file_id)
+            where e.ts_ns > ? and e.pid = (select min(pid) from events where ts_ns > ?)
+              and e.fd_kind <> 'none' and e.op not in ('mmap', 'munmap')
+            order by e.ts_ns""", d, start, start)
+
+    (a, ad), (p, pd) = traces["auto"], traces["probe"]
+    got_a, got_p = calls(a, ad), calls(p, pd)
+    assert got_a == got_p
+    assert {r[1] for r in got_a} == {"chr", "file", "pipe", "socket"}, got_a
+    direct = [r for r in got_a if r[0] == "preadv2"]   # none where O_DIRECT is refused
+    assert all(r[6] & 256 for r in direct), direct      # eflags DIRECT, from f_flags
+    # read's offset comes from the file position read in the kernel
+    reads = [r for r in got_a if r[0] == "read" and r[7] == "D/data.bin"]
+    assert [r[2] for r in reads] == [i * 4096 for i in range(8)] + [65536], reads

@@ -79,6 +79,13 @@ def run_doctor(console: Console) -> int:
         line(True, "system calls", f"sys_enter/sys_exit tracepoints ({res['syscall_hooks_why']}"
              "): every system call of every process takes the kernel's slower path while "
              "iotrace traces")
+    reads = res.get("kernel_reads")
+    if reads == "direct":
+        line(True, "kernel reads", "direct loads (bpf_rdonly_cast): a file's identity costs "
+             "one helper call per system call")
+    elif reads:
+        line(True, "kernel reads", f"bpf_probe_read_kernel helper calls ({res['kernel_reads_why']}"
+             "): about 90 ns more per file system call")
     console.print("probes:")
     for name in res["attached"]:
         line(True, name, "attaches")

@@ -154,7 +154,10 @@ class Session:
                                "verbs_library": self.ready.get("verbs_library") or None,
                                # how system calls are hooked: fentry, or the tracepoints (why)
                                "syscall_hooks": self.ready.get("syscall_hooks"),
-                               "syscall_hooks_why": self.ready.get("syscall_hooks_why") or None}
+                               "syscall_hooks_why": self.ready.get("syscall_hooks_why") or None,
+                               # how kernel structures are read: direct loads or helper calls
+                               "kernel_reads": self.ready.get("kernel_reads"),
+                               "kernel_reads_why": self.ready.get("kernel_reads_why") or None}
         self.meta["root_pid"] = self.ready["pid"]
         ts = self.ready["monotonic_ns"]
         if self.run_mode:

@@ -40,6 +40,7 @@
 #include "tls.h"
 #include "iotrace.h"
 #include "iotrace.skel.h"
+#include "core_object.h"
 #include "objects.h"
 #include "probes.h"
 #include "profile.h"
@@ -747,9 +748,9 @@ static void fill_syscall_table(struct iotrace_bpf *skel)
 
 /* The core object opened (not loaded): its syscall table and ring buffer
  * size set, each probe's program found. NULL, said, when it cannot open. */
-static struct iotrace_bpf *open_core(struct probe *probes, int ncore)
+static struct iotrace_bpf *open_core(struct probe *probes, int ncore, bool direct)
 {
-	struct iotrace_bpf *skel = iotrace_bpf__open();
+	struct iotrace_bpf *skel = core_object_open(direct);
 
 	if (!skel) {
 		say("cannot open the BPF object: %s", strerror(errno));
@@ -861,10 +862,29 @@ int main(int argc, char **argv)
 	bool fentry = hooks_want != HOOKS_TRACEPOINT;
 	if (!fentry)
 		snprintf(hooks_why, sizeof(hooks_why), "IOTRACE_HOOKS=tracepoint");
+	char reads_why[256] = "";
+	int reads_want = kernel_reads_wanted(reads_why, sizeof(reads_why));
+	if (reads_want < 0) {
+		say("%s", reads_why);
+		btf__free(vmlinux);
+		rc = EXIT_USAGE;
+		goto out;
+	}
+	bool direct = false;
+	if (reads_want == READS_PROBE)
+		snprintf(reads_why, sizeof(reads_why), "IOTRACE_KERNEL_READS=probe");
+	else
+		direct = kernel_has_direct_reads(vmlinux, reads_why, sizeof(reads_why));
+	if (!direct && reads_want == READS_DIRECT) {
+		say("%s: IOTRACE_KERNEL_READS=direct asks for it; unset it, or set "
+		    "IOTRACE_KERNEL_READS=probe", reads_why);
+		btf__free(vmlinux);
+		goto out;
+	}
 open_core:
 	for (int i = 0; i < ncore; i++)
 		probes[i].why[0] = 0;
-	skel = open_core(probes, ncore);
+	skel = open_core(probes, ncore, direct);
 	if (!skel) {
 		btf__free(vmlinux);
 		goto out;
@@ -897,6 +917,16 @@ open_core:
 		fentry = false;
 		goto open_core;
 	}
+	if (load_err && direct && reads_want == READS_AUTO && load_err != EPERM) {
+		/* the kfunc is there but the verifier refuses the direct loads:
+		 * the helper reads, with the reason kept for doctor and meta.json */
+		snprintf(reads_why, sizeof(reads_why),
+			 "the kernel refused the programs with direct reads (%s)", strerror(load_err));
+		iotrace_bpf__destroy(skel);
+		skel = NULL;
+		direct = false;
+		goto open_core;
+	}
 	if (load_err && load_err != EPERM) {
 		/* An optional probe this kernel's verifier refuses must not cost the
 		 * system calls: load again without the optional ones, each skipped
@@ -905,7 +935,7 @@ open_core:
 		snprintf(why, sizeof(why), "the kernel refused this probe's program (%s); %s",
 			 strerror(load_err), "`iotrace doctor` shows the verifier's log");
 		iotrace_bpf__destroy(skel);
-		skel = open_core(probes, ncore);
+		skel = open_core(probes, ncore, direct);
 		if (!skel) {
 			btf__free(vmlinux);
 			goto out;
@@ -971,12 +1001,13 @@ open_core:
 	all_probes_json(attached, sizeof(attached), true);
 	all_probes_json(skipped, sizeof(skipped), false);
 	/* how system calls are hooked, for doctor and meta.json */
-	static char hooks_json[1024];
+	static char hooks_json[1536];
 	snprintf(hooks_json, sizeof(hooks_json),
 		 "\"syscall_hooks\":\"%s\",\"syscall_hooks_why\":\"%s\","
-		 "\"syscall_functions_absent\":\"%s\"",
+		 "\"syscall_functions_absent\":\"%s\","
+		 "\"kernel_reads\":\"%s\",\"kernel_reads_why\":\"%s\"",
 		 fentry ? "fentry" : "tracepoint", fentry ? "" : hooks_why,
-		 fentry ? hooks_absent() : "");
+		 fentry ? hooks_absent() : "", direct ? "direct" : "probe", direct ? "" : reads_why);
 
 	if (opt.check) {
 		status("{\"type\":\"check\",\"attached\":%s,\"skipped\":%s,%s}", attached, skipped,
