@@ -131,9 +131,31 @@ static __always_inline void slot_remove(__u32 tgid)
 	__sync_val_compare_and_swap(&traced_slot[tgid & (IOT_BUCKETS - 1)], (__u64)tgid, 0);
 }
 
+/* For a record of any size (bpf_ringbuf_output): wake the reader once
+ * wakeup_bytes wait to be read. */
 static __always_inline __u64 rb_flags(void)
 {
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * For a reserved struct iot_event e: wake the reader when e ends past a
+ * multiple of wakeup_bytes (a power of two) in the ring's memory, i.e. once
+ * per wakeup_bytes of records, without a helper call (bpf_ringbuf_query:
+ * 30 ns a record on a 4 KiB page-cache read). A multiple crossed inside a
+ * record of another size wakes nobody: the next one does, and the reader
+ * polls every 50 ms besides.
+ */
+__u64 rb_anchor = 0;   /* only its address counts */
+
+static __always_inline __u64 rb_flags_at(const struct iot_event *e)
+{
+	/* the verifier allows no bitwise operation on a pointer, but (root)
+	 * the difference of two: e's address less a constant one */
+	__u64 end = (const char *)e + sizeof(*e) - (const char *)&rb_anchor;
+
+	return (end & (wakeup_bytes - 1)) < sizeof(*e) + 8 /* its header */ ?
 		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
@@ -171,7 +193,7 @@ static __always_inline void flush_fault(struct inflight *st, __u32 pid, __u32 ti
 		e->dev = st->fault_dev;
 		e->fs_magic = st->fault_magic;
 		e->imode = st->fault_imode;
-		bpf_ringbuf_submit(e, rb_flags());
+		bpf_ringbuf_submit(e, rb_flags_at(e));
 	}
 	st->fault_ts = 0;
 }
@@ -200,7 +222,7 @@ static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid
 		e->dev = st->fill_dev;
 		e->fs_magic = st->fill_magic;
 		e->imode = S_IFREG_;
-		bpf_ringbuf_submit(e, rb_flags());
+		bpf_ringbuf_submit(e, rb_flags_at(e));
 	}
 	st->fill_ts = 0;
 }
@@ -885,7 +907,7 @@ static __always_inline int emit_plain(struct inflight *st, __u16 op, __u64 now, 
 		return 0;
 	}
 	fill_common(e, st, op, now, pid_tgid, ret);
-	bpf_ringbuf_submit(e, rb_flags());
+	bpf_ringbuf_submit(e, rb_flags_at(e));
 	return 0;
 }
 
@@ -1055,7 +1077,7 @@ static __always_inline int emit_fuse(struct inflight *st, __u16 op, __u64 now, _
 	}
 	fill_common(e, st, op, now, pid_tgid, ret);
 	fuse_header(st, op, e, ret);
-	bpf_ringbuf_submit(e, rb_flags());
+	bpf_ringbuf_submit(e, rb_flags_at(e));
 	return 0;
 }
 
@@ -1142,7 +1164,8 @@ static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long
 	int p1, p2;
 
 	/* Only a traced thread has entry state: no need for the traced map. */
-	if (!maybe(bpf_get_current_pid_tgid() >> 32))
+	pid_tgid = bpf_get_current_pid_tgid();
+	if (!maybe(pid_tgid >> 32))
 		return 0;
 	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&inflight, task, 0, 0);
@@ -1150,7 +1173,6 @@ static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long
 		entry_unseen(regs, op);
 		return 0;
 	}
-	pid_tgid = bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
 
 	/* a file the job wrote: its writeback is the job's */
@@ -1432,7 +1454,7 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 	e->arg = st->lock_addr;
 	e->flags = st->lock_flags;
 	st->lock_ts = 0;
-	bpf_ringbuf_submit(e, rb_flags());
+	bpf_ringbuf_submit(e, rb_flags_at(e));
 	return 0;
 }
 
@@ -1639,7 +1661,7 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 			st->fault_blocked += e->dur_ns;
 	}
 	o->off_ts = 0;
-	bpf_ringbuf_submit(e, rb_flags());
+	bpf_ringbuf_submit(e, rb_flags_at(e));
 	return 0;
 }
 

@@ -1106,8 +1106,8 @@ open_core:
 		int n = ring_buffer__poll(rb, 50);
 		__u64 now = now_ns();
 
-		/* Most records are submitted without a wake-up until wakeup_bytes
-		 * wait (never, in a ring that small): read what is there at each
+		/* Most records are submitted without a wake-up (one per
+		 * wakeup_bytes written wakes this loop): read what is there at each
 		 * timeout, so that records do not sit in the ring (and new ones drop
 		 * when it is full) after a burst, and a segment holds its second. */
 		if (n == 0)
