@@ -76,7 +76,7 @@ BPF_OBJS := iotrace block aio netfs rdma verbs tls
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o) $(BUILD)/iotrace_direct.bpf.o
 RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c profile.c hooks.c core_object.c)
 
-BPF_HEADERS := bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h bpf/profile.h bpf/syscall_hooks.h bpf/request_file.h bpf/libaio.h
+BPF_HEADERS := bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h bpf/profile.h bpf/syscall_hooks.h bpf/request_file.h bpf/libaio.h bpf/direct_reads.h
 BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
 
 $(BUILD)/%.bpf.o: bpf/%.bpf.c $(BPF_HEADERS) $(BUILD)/vmlinux.h

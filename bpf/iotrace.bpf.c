@@ -45,6 +45,7 @@ const volatile __u8 sys_op[IOT_MAX_SYSCALLS] = {};
 const volatile __u64 wakeup_bytes = 1 << 20;
 
 #include "shared_maps.h"
+#include "direct_reads.h"
 #include "task_state.h"
 #include "user_iov.h"
 #include "http_capture.h"
@@ -227,10 +228,6 @@ static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid
 	st->fill_ts = 0;
 }
 
-#ifdef IOT_DIRECT_READS
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-#endif
-
 static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 {
 	/* task is trusted (tp_btf): walk it with direct loads. */
@@ -246,11 +243,7 @@ static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 		return NULL;
 	fds = fdt->fd;
 #ifdef IOT_DIRECT_READS
-	/* The slot is a struct file * in an array the verifier cannot index:
-	 * read it as the first member of a struct that starts with one (a
-	 * kiocb's ki_filp), a load the JIT guards, not a helper call. */
-	struct kiocb *slot = bpf_rdonly_cast(&fds[fd], bpf_core_type_id_kernel(struct kiocb));
-	f = slot->ki_filp;
+	f = file_in_slot(&fds[fd]);
 #else
 	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
 #endif
@@ -293,7 +286,7 @@ static __noinline void fd_identity(struct task_struct *task, int fd,
 		st->eflags |= IOT_EF_NO_FILE;
 		return;
 	}
-	f = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
+	f = AS_KERNEL(f, struct file);
 	if (want_pos)
 		st->pos = f->f_pos;
 	/* read, not cached with the identity: fcntl(F_SETFL) can turn it on or off */

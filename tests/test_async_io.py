@@ -46,11 +46,11 @@ def datafile(tmp_path_factory):
     return path
 
 
-def fio(tmp_path, datafile, *args):
+def fio(tmp_path, datafile, *args, env=None):
     report = tmp_path / "fio.json"
     proc, trace = trace_run(tmp_path / "trace", "fio", "--name=job", f"--filename={datafile}",
                             f"--size={FILE_MB}M", "--output-format=json",
-                            f"--output={report}", *args)
+                            f"--output={report}", *args, env=env)
     assert proc.returncode == 0, proc.stderr
     return trace, json.loads(report.read_text())["jobs"][0]
 
@@ -129,14 +129,20 @@ def test_io_uring_fixed_files_and_sqpoll(tmp_path, datafile, opts):
         assert subs and all(name.startswith("iou-sqp") and same for name, same, _ in subs), subs
 
 
-def test_libaio_direct_reads_and_writes_exact(tmp_path, blockdir):
+@pytest.mark.parametrize("reads", ["auto", "probe"])
+def test_libaio_direct_reads_and_writes_exact(tmp_path, blockdir, reads):
+    """Each request's file, O_DIRECT flag and bytes, with the kernel read
+    directly where it can be (auto) and with helper calls (probe)."""
     data = blockdir / "data.bin"
     with open(data, "wb") as f:
         for _ in range(FILE_MB):
             f.write(os.urandom(MIB))
         os.fsync(f.fileno())   # its writeback is not the job's
+    env = {**os.environ, "IOTRACE_KERNEL_READS": reads}
     trace, job = fio(tmp_path, data, "--ioengine=libaio", "--direct=1", "--iodepth=16",
-                     "--rw=randrw", "--bs=16k")
+                     "--rw=randrw", "--bs=16k", env=env)
+    if reads == "probe":
+        assert trace.meta["probes"]["kernel_reads"] == "probe"
     for ddir, op in (("read", "aio_read"), ("write", "aio_write")):
         n, moved, asked = requests_on(trace, data, op)
         assert n == job[ddir]["total_ios"] > 0
