@@ -175,7 +175,7 @@ static __always_inline void flush_fault(struct inflight *st, __u32 pid, __u32 ti
 	if (!st->fault_ts)
 		return;
 	if (profile_mode) {
-		profile_add(pid, IOT_PAGE_FAULT, st->fault_ino, st->fault_dev, st->fault_magic,
+		profile_add(st, pid, IOT_PAGE_FAULT, st->fault_ino, st->fault_dev, st->fault_magic,
 			    st->fault_imode, 0, 0, 0, st->fault_blocked, st->fault_added,
 			    st->fault_ts);
 		st->fault_ts = 0;
@@ -207,7 +207,7 @@ static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid
 	if (!st->fill_ts)
 		return;
 	if (profile_mode) {
-		profile_add(pid, IOT_CACHE_FILL, st->fill_ino, st->fill_dev, st->fill_magic,
+		profile_add(st, pid, IOT_CACHE_FILL, st->fill_ino, st->fill_dev, st->fill_magic,
 			    S_IFREG_, 0, 0, 0, st->fill_last - st->fill_ts, st->fill_added,
 			    st->fill_last);
 		st->fill_ts = 0;
@@ -1122,7 +1122,7 @@ static __always_inline void on_exit_profile(struct task_struct *task, struct inf
 		}
 	}
 	/* an O_DIRECT read's bytes all came from storage, none through the cache */
-	profile_add(pid_tgid >> 32, op, e.ino, e.dev, e.fs_magic, e.imode, e.req_bytes, ret,
+	profile_add(st, pid_tgid >> 32, op, e.ino, e.dev, e.fs_magic, e.imode, e.req_bytes, ret,
 		    bytes, now - st->ts,
 		    (st->eflags & IOT_EF_DIRECT) && is_read_op(op) ? bytes : st->cache_added, now);
 	switch (op) {
@@ -1402,6 +1402,25 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 	return 0;
 }
 
+/*
+ * Profile mode, run once by the recorder at the end, after the probes are
+ * detached and no program of theirs is still running: every thread's sums
+ * not yet in the shared tables (profile.h) are added there.
+ */
+SEC("iter/task")
+int iot_prof_flush(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct inflight *st;
+
+	if (!task || !profile_mode)
+		return 0;
+	st = bpf_task_storage_get(&inflight, task, 0, 0);
+	if (st)
+		profile_flush_thread(st);
+	return 0;
+}
+
 /* ---- lock contention --------------------------------------------------- */
 
 SEC("tp_btf/contention_begin")
@@ -1440,7 +1459,7 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 		return 0;
 	if (profile_mode) {
 		__u64 now = bpf_ktime_get_ns();
-		profile_add(pid_tgid >> 32, IOT_LOCK_CONTENTION, 0, 0, 0, 0, 0, ret, 0,
+		profile_add(st, pid_tgid >> 32, IOT_LOCK_CONTENTION, 0, 0, 0, 0, 0, ret, 0,
 			    now - st->lock_ts, 0, now);
 		st->lock_ts = 0;
 		return 0;
@@ -1557,6 +1576,8 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 		flush_fault(st, tgid, p->pid);
 	if (st && st->fill_ts)
 		flush_fill(st, tgid, p->pid);
+	if (st && profile_mode)
+		profile_flush_thread(st);
 	code = BPF_CORE_READ(p, exit_code);
 	group_dead = BPF_CORE_READ(p, signal, live.counter) == 0;
 	if (group_dead) {

@@ -9,6 +9,20 @@
 #ifndef IOTRACE_TASK_STATE_H
 #define IOTRACE_TASK_STATE_H
 
+/* Profile mode (profile.h): a thread's running sums for one key of each
+ * table, added to the shared tables when the key changes, the second ends or
+ * the thread exits; v.calls 0: empty. */
+struct prof_slot {
+	struct iot_prof_key k;
+	struct iot_prof_val v;
+	__u64 since;      /* its first call's end */
+};
+
+struct prof_rate_slot {
+	struct iot_prof_rate_key k;
+	struct iot_prof_rate_val v;
+};
+
 /* Per-thread state between entry and exit of a call, of a lock wait, and of
  * a page fault on a file mapping. */
 struct inflight {
@@ -69,6 +83,10 @@ struct inflight {
 	__u64 jf_ino;
 	__u32 jf_dev;
 	__u32 jf_bits;
+	/* profile mode: two keys of each table, summed here without atomics
+	 * (only the thread writes them while it is traced) */
+	struct prof_slot prof[2];
+	struct prof_rate_slot prof_rate[2];
 };
 
 struct {

@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from conftest import WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
+import iotrace
+from conftest import IOTRACE, WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run, wait_for
 
 pytestmark = [needs_root()]
 
@@ -208,3 +212,53 @@ def test_ring_overflow_counted_exactly(tmp_path, datafile):
     assert trace.meta["drops"] >= dropped
     out = iotrace_cmd("summary", str(tmp_path / "t"))
     assert "dropped" in out.stderr + out.stdout
+
+
+def test_attach_profile_sums_threads_that_never_exit(tmp_path):
+    """Each thread sums its calls in its own state before the shared tables
+    (bpf/profile.h): an attach that stops while the threads still live (and
+    have been idle since their calls) must add those sums at the end. By
+    construction: 3 threads x (N of 4 KiB + N of 100 B), then N of 4 KiB and
+    one write in the main thread."""
+    n, threads = 5000, 3
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"\x11" * (1 << 20))
+    target = subprocess.Popen([sys.executable, str(WORKLOADS / "calls_then_idle.py"),
+                               str(data), str(n), str(threads)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "trace"
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--profile", "--pid",
+                                   str(target.pid), "-o", str(out)],
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+            target.stdin.write("go\n")
+            target.stdin.flush()
+            assert target.stdout.readline().strip() == "done"
+            tracer.send_signal(signal.SIGINT)
+            assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+        finally:
+            tracer.kill()
+    finally:
+        target.kill()
+    trace = iotrace.open_trace(out)
+    by_size = dict(rows(trace, """
+        select c.req_bytes_max, sum(c.calls)::bigint from profile_calls c
+        join files f using (file_id) where f.path = ? and c.op = 'pread64'
+        group by all""", str(data)))
+    assert by_size == {4096: (threads + 1) * n, 128: threads * n}, by_size   # bucket tops
+    total = scalar(trace, """select sum(c.bytes) from profile_calls c join files f
+                             using (file_id) where f.path = ?""", str(data))
+    assert total == (threads + 1) * n * 4096 + threads * n * 100
+    # the per-second table sums the same calls
+    assert scalar(trace, """select sum(calls) from profile_rates where op = 'pread64'
+                            and pid = ?""", target.pid) == (2 * threads + 1) * n
+    # the main thread's last two calls, still in its own sums when tracing stopped
+    assert rows(trace, """select sum(calls)::bigint, sum(bytes)::bigint from profile_calls
+                          where op = 'write' and pid = ?""", target.pid) == [(1, 5)]
+    # the main thread's last two calls, still in its own sums when tracing stopped
+    assert rows(trace, """select sum(calls)::bigint, sum(bytes)::bigint from profile_calls
+                          where op = 'write' and pid = ?""", target.pid) == [(1, 5)]
+    assert trace.meta["counters"]["profile_overflow"] == 0

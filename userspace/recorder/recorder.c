@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
+#include <linux/membarrier.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
@@ -531,6 +532,23 @@ static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
 		say("cannot list the calls in progress when tracing stopped: %s "
 		    "(the trace has none of them)", strerror(errno));
 	return n;
+}
+
+/*
+ * Profile mode, at the end: each thread's sums not yet in the shared tables
+ * (bpf/profile.h) are added there by iot_prof_flush. The traced slots are
+ * empty by then, so no program starts a new sum; membarrier's global command
+ * waits for an RCU grace period, which every program run in progress (each
+ * holds the RCU read lock) ends before. Then no thread writes its sums while
+ * the iterator reads them.
+ */
+static void profile_flush_threads(struct iotrace_bpf *skel)
+{
+	if (syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0))
+		usleep(100 * 1000);   /* nohz_full kernels refuse it: a wide margin */
+	if (iter_run(skel->progs.iot_prof_flush, 1, NULL) < 0)
+		say("cannot add the threads' last profile sums: %s (up to a second of "
+		    "each thread's calls is missing from the profile)", strerror(errno));
 }
 
 /* The system calls the processes of an attach are in when tracing starts
@@ -1223,6 +1241,8 @@ open_core:
 		if (!opt.profile)
 			calls_open = calls_in_progress(skel, stop, on_record);
 	}
+	if (opt.profile && !sp.failed)
+		profile_flush_threads(skel);
 	if (opt.profile && !sp.failed &&
 	    (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates, ~0u, &ptot) < 0 ||
 	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
