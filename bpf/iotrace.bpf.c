@@ -1569,8 +1569,17 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 	int code;
 	bool group_dead;
 
-	if (!is_traced(tgid))
+	if (!is_traced(tgid)) {
+		/* tracing has stopped (or never traced it): a profile's sums the
+		 * thread still holds go to the tables (the recorder keeps this
+		 * probe until its iterator has added the other threads') */
+		if (profile_mode) {
+			st = bpf_task_storage_get(&inflight, p, 0, 0);
+			if (st)
+				profile_flush_thread(st);
+		}
 		return 0;
+	}
 	st = bpf_task_storage_get(&inflight, p, 0, 0);
 	if (st && st->fault_ts)
 		flush_fault(st, tgid, p->pid);

@@ -73,13 +73,20 @@ static __always_inline __u8 log2_bucket(__u64 v)
 #define IOT_PROF_HOLD_NS 1000000000ll
 
 /* Adds a thread's sums for one key to prof_calls (to prof_lost by op, and
- * counted, when the table is full) and empties the slot. */
+ * counted, when the table is full) and empties the slot. Emptied by an
+ * atomic exchange: when tracing stops, the thread's exit and the recorder's
+ * iterator (iot_prof_flush) may flush the same slot at once, and only the
+ * one that takes its calls adds it. */
 static __always_inline void prof_calls_flush(struct prof_slot *s)
 {
 	struct iot_prof_val *v, zero = { .fs_magic = s->v.fs_magic, .imode = s->v.imode };
 	__u32 idx = s->k.op;
+	__u64 calls;
 
 	if (!s->v.calls)
+		return;
+	calls = __sync_lock_test_and_set(&s->v.calls, 0);
+	if (!calls)
 		return;
 	v = bpf_map_lookup_elem(&prof_calls, &s->k);
 	if (!v) {
@@ -87,7 +94,7 @@ static __always_inline void prof_calls_flush(struct prof_slot *s)
 		v = bpf_map_lookup_elem(&prof_calls, &s->k);
 	}
 	if (v) {
-		__sync_fetch_and_add(&v->calls, s->v.calls);
+		__sync_fetch_and_add(&v->calls, calls);
 		if (s->v.errors)
 			__sync_fetch_and_add(&v->errors, s->v.errors);
 		if (s->v.bytes)
@@ -98,10 +105,10 @@ static __always_inline void prof_calls_flush(struct prof_slot *s)
 		if (s->v.cache_bytes)
 			__sync_fetch_and_add(&v->cache_bytes, s->v.cache_bytes);
 	} else {
-		count_add(IOT_CNT_PROF_OVERFLOW, s->v.calls);
+		count_add(IOT_CNT_PROF_OVERFLOW, calls);
 		v = bpf_map_lookup_elem(&prof_lost, &idx);
 		if (v) {   /* per CPU: no other writer */
-			v->calls += s->v.calls;
+			v->calls += calls;
 			v->errors += s->v.errors;
 			v->bytes += s->v.bytes;
 			v->req_bytes += s->v.req_bytes;
@@ -109,15 +116,18 @@ static __always_inline void prof_calls_flush(struct prof_slot *s)
 			v->cache_bytes += s->v.cache_bytes;
 		}
 	}
-	s->v.calls = 0;
 }
 
 /* The same for a thread's sums of one second, process and op. */
 static __always_inline void prof_rate_flush(struct prof_rate_slot *s)
 {
 	struct iot_prof_rate_val *r, zero = {};
+	__u64 calls;
 
 	if (!s->v.calls)
+		return;
+	calls = __sync_lock_test_and_set(&s->v.calls, 0);
+	if (!calls)
 		return;
 	r = bpf_map_lookup_elem(&prof_rates, &s->k);
 	if (!r) {
@@ -125,16 +135,15 @@ static __always_inline void prof_rate_flush(struct prof_rate_slot *s)
 		r = bpf_map_lookup_elem(&prof_rates, &s->k);
 	}
 	if (r) {
-		__sync_fetch_and_add(&r->calls, s->v.calls);
+		__sync_fetch_and_add(&r->calls, calls);
 		if (s->v.bytes)
 			__sync_fetch_and_add(&r->bytes, s->v.bytes);
 		__sync_fetch_and_add(&r->dur_ns, s->v.dur_ns);
 		if (s->v.cache_bytes)
 			__sync_fetch_and_add(&r->cache_bytes, s->v.cache_bytes);
 	} else {
-		count_add(IOT_CNT_PROF_RATE_LOST, s->v.calls);
+		count_add(IOT_CNT_PROF_RATE_LOST, calls);
 	}
-	s->v.calls = 0;
 }
 
 /* A thread's sums, all of them (its exit, the end of the trace). */

@@ -537,10 +537,12 @@ static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
 /*
  * Profile mode, at the end: each thread's sums not yet in the shared tables
  * (bpf/profile.h) are added there by iot_prof_flush. The traced slots are
- * empty by then, so no program starts a new sum; membarrier's global command
- * waits for an RCU grace period, which every program run in progress (each
- * holds the RCU read lock) ends before. Then no thread writes its sums while
- * the iterator reads them.
+ * empty and the probes detached by then, so no program starts a new sum;
+ * membarrier's global command waits for an RCU grace period, which every
+ * program run in progress (each holds the RCU read lock) ends before. Then no
+ * thread writes its sums while the iterator reads them. The exit probe is
+ * still attached: a thread exiting meanwhile adds its own (before its state
+ * is freed), and the slots' atomic exchange lets only one of the two add it.
  */
 static void profile_flush_threads(struct iotrace_bpf *skel)
 {
@@ -1231,6 +1233,15 @@ open_core:
 	 * their records now. */
 	__u64 stop = now_ns();
 	memset(skel->bss->traced_slot, 0, sizeof(skel->bss->traced_slot));
+	/* a profile: the exit probe adds the sums of threads that exit until
+	 * the iterator has added the others' (profile_flush_threads) */
+	struct bpf_link *exit_link = NULL;
+	for (int i = 0; opt.profile && i < ncore; i++) {
+		if (!strcmp(probes[i].prog, "iot_exit")) {
+			exit_link = probes[i].link;
+			probes[i].link = NULL;
+		}
+	}
 	detach_all_probes();
 	unsigned long long unfinished = 0;
 	long long calls_open = 0;
@@ -1243,6 +1254,7 @@ open_core:
 	}
 	if (opt.profile && !sp.failed)
 		profile_flush_threads(skel);
+	bpf_link__destroy(exit_link);
 	if (opt.profile && !sp.failed &&
 	    (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates, ~0u, &ptot) < 0 ||
 	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
