@@ -149,10 +149,62 @@ static __always_inline void prof_rate_flush(struct prof_rate_slot *s)
 /* A thread's sums, all of them (its exit, the end of the trace). */
 static __always_inline void profile_flush_thread(struct inflight *st)
 {
+	st->prof_busy = 1;
+	barrier();
 	prof_calls_flush(&st->prof[0]);
 	prof_calls_flush(&st->prof[1]);
 	prof_rate_flush(&st->prof_rate[0]);
 	prof_rate_flush(&st->prof_rate[1]);
+	barrier();
+	st->prof_busy = 0;
+}
+
+/* One call straight into the shared tables, for a program that runs nested
+ * in one of the thread's own while that one changes the slots. Built in a
+ * per-CPU scratch slot (the stack has no room): a program cannot nest in
+ * itself, and the nested ones (lock contention inside a hash update) do not
+ * nest in each other. */
+struct prof_nested {
+	struct prof_slot s;
+	struct prof_rate_slot r;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct prof_nested);
+} prof_nested SEC(".maps");
+
+static __always_inline void profile_add_shared(const struct iot_prof_key *k, __u32 magic,
+					       __u16 imode, __s64 ret, __u64 bytes, __u64 req,
+					       __u64 dur, __u64 cache, __u32 sec)
+{
+	__u32 zero = 0;
+	struct prof_nested *n = bpf_map_lookup_elem(&prof_nested, &zero);
+
+	if (!n)
+		return;
+	n->s.k = *k;
+	n->s.v.calls = 1;
+	n->s.v.errors = ret < 0;
+	n->s.v.bytes = bytes;
+	n->s.v.req_bytes = req;
+	n->s.v.dur_ns = dur;
+	n->s.v.cache_bytes = cache;
+	n->s.v.fs_magic = magic;
+	n->s.v.imode = imode;
+	prof_calls_flush(&n->s);
+	n->r.k.sec = sec;
+	n->r.k.pid = k->pid;
+	n->r.k.op = k->op;
+	n->r.k.pad = 0;
+	n->r.k.pad2 = 0;
+	n->r.v.calls = 1;
+	n->r.v.bytes = bytes;
+	n->r.v.dur_ns = dur;
+	n->r.v.cache_bytes = cache;
+	prof_rate_flush(&n->r);
 }
 
 static __always_inline bool prof_key_eq(const struct iot_prof_key *a, const struct iot_prof_key *b)
@@ -190,6 +242,12 @@ static __always_inline void profile_add(struct inflight *st, __u32 pid, __u16 op
 	struct prof_slot *s;
 	struct prof_rate_slot *r;
 
+	if (st->prof_busy) {
+		profile_add_shared(&k, magic, imode, ret, bytes, req, dur, cache, rk.sec);
+		return;
+	}
+	st->prof_busy = 1;
+	barrier();
 	if (st->prof[0].v.calls && prof_key_eq(&st->prof[0].k, &k)) {
 		s = &st->prof[0];
 	} else if (st->prof[1].v.calls && prof_key_eq(&st->prof[1].k, &k)) {
@@ -245,6 +303,8 @@ static __always_inline void profile_add(struct inflight *st, __u32 pid, __u16 op
 	r->v.bytes += bytes;
 	r->v.dur_ns += dur;
 	r->v.cache_bytes += cache;
+	barrier();
+	st->prof_busy = 0;
 }
 
 /* Profile mode: an open's record is written (for its path) when it names a

@@ -87,6 +87,11 @@ struct inflight {
 	 * (only the thread writes them while it is traced) */
 	struct prof_slot prof[2];
 	struct prof_rate_slot prof_rate[2];
+	/* set while the thread's own program changes the slots: a program that
+	 * runs nested in it on the same thread (a kernel lock contended inside
+	 * a hash update) adds to the shared tables directly */
+	__u32 prof_busy;
+	__u32 pad3;
 };
 
 struct {
