@@ -81,8 +81,8 @@ def run_doctor(console: Console) -> int:
              "iotrace traces")
     reads = res.get("kernel_reads")
     if reads == "direct":
-        line(True, "kernel reads", "direct loads (bpf_rdonly_cast): a file's identity costs "
-             "one helper call per system call")
+        line(True, "kernel reads", "direct loads (bpf_rdonly_cast): a call's file identity "
+             "takes no helper call")
     elif reads:
         line(True, "kernel reads", f"bpf_probe_read_kernel helper calls ({res['kernel_reads_why']}"
              "): about 90 ns more per file system call")
