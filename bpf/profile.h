@@ -72,27 +72,26 @@ static __always_inline __u8 log2_bucket(__u64 v)
  * end of the trace). */
 #define IOT_PROF_HOLD_NS 1000000000ll
 
+/* A slot's calls, the slot emptied (0: it was empty, or another flush took
+ * it). An atomic exchange: when tracing stops, the thread's exit and the
+ * recorder's iterator (iot_prof_flush) may flush the same slot at once, and
+ * only the one that takes its calls adds it. */
+static __always_inline __u64 take_calls(__u64 *calls)
+{
+	return *calls ? __sync_lock_test_and_set(calls, 0) : 0;
+}
+
 /* Adds a thread's sums for one key to prof_calls (to prof_lost by op, and
- * counted, when the table is full) and empties the slot. Emptied by an
- * atomic exchange: when tracing stops, the thread's exit and the recorder's
- * iterator (iot_prof_flush) may flush the same slot at once, and only the
- * one that takes its calls adds it. */
+ * counted, when the table is full) and empties the slot. */
 static __always_inline void prof_calls_flush(struct prof_slot *s)
 {
 	struct iot_prof_val *v, zero = { .fs_magic = s->v.fs_magic, .imode = s->v.imode };
 	__u32 idx = s->k.op;
-	__u64 calls;
+	__u64 calls = take_calls(&s->v.calls);
 
-	if (!s->v.calls)
-		return;
-	calls = __sync_lock_test_and_set(&s->v.calls, 0);
 	if (!calls)
 		return;
-	v = bpf_map_lookup_elem(&prof_calls, &s->k);
-	if (!v) {
-		bpf_map_update_elem(&prof_calls, &s->k, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&prof_calls, &s->k);
-	}
+	v = lookup_or_init(&prof_calls, &s->k, &zero);
 	if (v) {
 		__sync_fetch_and_add(&v->calls, calls);
 		if (s->v.errors)
@@ -122,18 +121,11 @@ static __always_inline void prof_calls_flush(struct prof_slot *s)
 static __always_inline void prof_rate_flush(struct prof_rate_slot *s)
 {
 	struct iot_prof_rate_val *r, zero = {};
-	__u64 calls;
+	__u64 calls = take_calls(&s->v.calls);
 
-	if (!s->v.calls)
-		return;
-	calls = __sync_lock_test_and_set(&s->v.calls, 0);
 	if (!calls)
 		return;
-	r = bpf_map_lookup_elem(&prof_rates, &s->k);
-	if (!r) {
-		bpf_map_update_elem(&prof_rates, &s->k, &zero, BPF_NOEXIST);
-		r = bpf_map_lookup_elem(&prof_rates, &s->k);
-	}
+	r = lookup_or_init(&prof_rates, &s->k, &zero);
 	if (r) {
 		__sync_fetch_and_add(&r->calls, calls);
 		if (s->v.bytes)

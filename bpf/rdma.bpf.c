@@ -264,11 +264,7 @@ static __always_inline int chunk(__u16 op, struct rpc_task___r *task, struct rpc
 		return 0;
 	b->ev.req_bytes = BPF_CORE_READ(mr, mr_length);
 	key = attempt_key(b->ev.pid, (__u32)b->ev.arg);
-	a = bpf_map_lookup_elem(&attempts, &key);
-	if (!a) {
-		bpf_map_update_elem(&attempts, &key, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(&attempts, &key);
-	}
+	a = lookup_or_init(&attempts, &key, &zero);
 	if (a) {
 		if (op == IOT_RPCRDMA_CHUNK_READ)
 			a->read_bytes += b->ev.req_bytes;

@@ -45,6 +45,20 @@ static __always_inline void count(__u32 idx)
 	count_add(idx, 1);
 }
 
+/* A hash map's value for key, inserted as init first if absent (another
+ * CPU may insert it between the two: then that one is returned). NULL when
+ * the map is full. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *init)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (!v) {
+		bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(map, key);
+	}
+	return v;
+}
+
 /* A record with no file, offset or dirfd: the base of the non-syscall events. */
 static __always_inline void blank_event(struct iot_event *e, __u16 op, __u32 pid, __u32 tid)
 {
