@@ -36,20 +36,15 @@ def calls_on(trace, prefix: str) -> dict:
 AUTO_ENV = {k: v for k, v in os.environ.items() if k != "IOTRACE_HOOKS"}
 
 
-def test_bad_hooks_setting_is_one_line(tmp_path):
+@pytest.mark.parametrize("var, value, message", [
+    ("IOTRACE_HOOKS", "kprobe", "IOTRACE_HOOKS=kprobe: give fentry, tracepoint or auto"),
+    ("IOTRACE_KERNEL_READS", "fast", "IOTRACE_KERNEL_READS=fast: give direct, probe or auto"),
+])
+def test_bad_setting_is_one_line(tmp_path, var, value, message):
     proc = iotrace_cmd("run", "-q", "-o", str(tmp_path / "t"), "--", "true",
-                       env={**os.environ, "IOTRACE_HOOKS": "kprobe"})
+                       env={**os.environ, var: value})
     assert proc.returncode == 3
-    assert "IOTRACE_HOOKS=kprobe: give fentry, tracepoint or auto" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "t").exists()
-
-
-def test_bad_kernel_reads_setting_is_one_line(tmp_path):
-    proc = iotrace_cmd("run", "-q", "-o", str(tmp_path / "t"), "--", "true",
-                       env={**os.environ, "IOTRACE_KERNEL_READS": "fast"})
-    assert proc.returncode == 3
-    assert "IOTRACE_KERNEL_READS=fast: give direct, probe or auto" in proc.stderr
+    assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "t").exists()
 

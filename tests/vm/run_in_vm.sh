@@ -78,8 +78,7 @@ else
         tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
         "tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact[auto]" \
         "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
-        --deselect tests/test_hooks.py::test_bad_hooks_setting_is_one_line \
-        --deselect tests/test_hooks.py::test_bad_kernel_reads_setting_is_one_line
+        --deselect tests/test_hooks.py::test_bad_setting_is_one_line
     # Left to the host (the suite's 30-minute budget; the same probes as above on
     # 6.1): SQPOLL, the memmap read-around finding, plain-HTTP request parsing.
 fi

@@ -871,10 +871,11 @@ int main(int argc, char **argv)
 		status("{\"type\":\"error\",\"error\":\"no-btf\"}");
 		goto out;
 	}
-	char hooks_why[256] = "";
+	char hooks_why[256] = "", reads_why[256] = "";
 	int hooks_want = hooks_wanted(hooks_why, sizeof(hooks_why));
-	if (hooks_want < 0) {
-		say("%s", hooks_why);
+	int reads_want = kernel_reads_wanted(reads_why, sizeof(reads_why));
+	if (hooks_want < 0 || reads_want < 0) {
+		say("%s", hooks_want < 0 ? hooks_why : reads_why);
 		btf__free(vmlinux);
 		rc = EXIT_USAGE;
 		goto out;
@@ -882,14 +883,6 @@ int main(int argc, char **argv)
 	bool fentry = hooks_want != HOOKS_TRACEPOINT;
 	if (!fentry)
 		snprintf(hooks_why, sizeof(hooks_why), "IOTRACE_HOOKS=tracepoint");
-	char reads_why[256] = "";
-	int reads_want = kernel_reads_wanted(reads_why, sizeof(reads_why));
-	if (reads_want < 0) {
-		say("%s", reads_why);
-		btf__free(vmlinux);
-		rc = EXIT_USAGE;
-		goto out;
-	}
 	bool direct = false;
 	if (reads_want == READS_PROBE)
 		snprintf(reads_why, sizeof(reads_why), "IOTRACE_KERNEL_READS=probe");
