@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,22 @@ def wait_for(pred, timeout=60.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+@contextlib.contextmanager
+def attached(pid: int, out: Path, *extra: str):
+    """`iotrace attach --pid pid -o out` (with extra options), ready when the
+    block starts; stopped as a user stops it, with Ctrl-C (SIGINT), when the
+    block ends, and it must then exit 0. Killed if the block fails."""
+    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", *extra, "--pid", str(pid),
+                               "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        yield tracer
+        tracer.send_signal(signal.SIGINT)
+        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+    finally:
+        tracer.kill()
 
 
 def needs_root():

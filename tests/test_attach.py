@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import IOTRACE, WORKLOADS, needs_root, rows, scalar, wait_for
+from conftest import IOTRACE, WORKLOADS, attached, needs_root, rows, scalar, wait_for
 
 import iotrace
 
@@ -375,19 +375,14 @@ def test_calls_in_progress_when_the_trace_ends(tmp_path):
                                str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert target.stdout.readline().strip() == "ready"
     out = tmp_path / "trace"
-    tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
-                               "-o", str(out)], stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
-        (tmp_path / "go").touch()
-        _, fd, sleeper = target.stdout.readline().split()
-        time.sleep(0.5)
-        tracer.send_signal(signal.SIGINT)
-        assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
+        with attached(target.pid, out):
+            (tmp_path / "go").touch()
+            _, fd, sleeper = target.stdout.readline().split()
+            time.sleep(0.5)
         assert target.poll() is None
     finally:
         target.kill()
-        tracer.kill()
     trace = iotrace.open_trace(out)
     got = rows(trace, """select op, tid, fd, req_bytes, ret, fd_kind, ts_ns, ts_ns + dur_ns
                          from events where eflags & 1024 != 0 order by op""")
@@ -510,15 +505,8 @@ def _attach_to_running_reads(tmp_path, data, attempt):
         word, fd = target.stdout.readline().split()
         assert word == "ready"
         time.sleep(0.5)
-        tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--pid", str(target.pid),
-                                   "-o", str(out)], stderr=subprocess.PIPE, text=True)
-        try:
-            assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        with attached(target.pid, out):
             time.sleep(1.0)
-            tracer.send_signal(signal.SIGINT)
-            assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
-        finally:
-            tracer.kill()
     finally:
         target.kill()
     trace = iotrace.open_trace(out)

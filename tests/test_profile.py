@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
 import pytest
 
 import iotrace
-from conftest import IOTRACE, WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run, wait_for
+from conftest import WORKLOADS, attached, iotrace_cmd, needs_root, rows, scalar, trace_run
 
 pytestmark = [needs_root()]
 
@@ -229,18 +228,10 @@ def test_attach_profile_sums_threads_that_never_exit(tmp_path):
     out = tmp_path / "trace"
     try:
         assert target.stdout.readline().strip() == "ready"
-        tracer = subprocess.Popen([*IOTRACE, "attach", "-q", "--profile", "--pid",
-                                   str(target.pid), "-o", str(out)],
-                                  stderr=subprocess.PIPE, text=True)
-        try:
-            assert wait_for(lambda: (out / "meta.json").exists()), "attach never became ready"
+        with attached(target.pid, out, "--profile"):
             target.stdin.write("go\n")
             target.stdin.flush()
             assert target.stdout.readline().strip() == "done"
-            tracer.send_signal(signal.SIGINT)
-            assert tracer.wait(timeout=120) == 0, tracer.stderr.read()
-        finally:
-            tracer.kill()
     finally:
         target.kill()
     trace = iotrace.open_trace(out)
