@@ -190,6 +190,8 @@ class Session:
             if err.get("error") == "load" and err.get("errno") == errno.EPERM:
                 raise IotraceError("not allowed to load BPF programs: run as root "
                                    "(sudo) or grant CAP_BPF and CAP_PERFMON", EXIT_ENV)
+            if err.get("message"):    # the recorder's own one line (a setting it refused)
+                raise IotraceError(err["message"], EXIT_ENV)
         raise IotraceError(f"the recorder failed to start (exit {self.proc.returncode}); "
                            "see its message above, or run `iotrace doctor`", EXIT_ENV)
 
@@ -207,7 +209,7 @@ class Session:
         while b"\n" in self._buf:
             line, self._buf = self._buf.split(b"\n", 1)
             try:
-                msg = json.loads(line)
+                msg = json.loads(line.decode("utf-8", "replace"))
             except ValueError:
                 continue
             self._on_status(msg)

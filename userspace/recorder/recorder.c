@@ -99,6 +99,28 @@ static void status(const char *fmt, ...)
 	fflush(status_out);
 }
 
+/* s as the inside of a JSON string: quotes, backslashes and control
+ * characters escaped (a status line must stay one valid line whatever a path
+ * or a user's setting holds; other bytes pass as they are, and iotrace reads
+ * the line as UTF-8 with invalid bytes replaced). Truncated to fit out. */
+static const char *json_escape(const char *s, char *out, size_t len)
+{
+	size_t k = 0;
+
+	for (const unsigned char *c = (const unsigned char *)s; *c && k + 7 < len; c++) {
+		if (*c == '"' || *c == '\\') {
+			out[k++] = '\\';
+			out[k++] = *c;
+		} else if (*c < 0x20) {
+			k += snprintf(out + k, len - k, "\\u%04x", *c);
+		} else {
+			out[k++] = *c;
+		}
+	}
+	out[k] = 0;
+	return out;
+}
+
 /* One line on stderr, prefixed, for people. */
 static void say(const char *fmt, ...)
 {
@@ -109,6 +131,25 @@ static void say(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+}
+
+/* Why tracing cannot start, said once: to iotrace on the status channel
+ * (an error of this code with the message, which iotrace shows as its one
+ * line), or on stderr when the recorder runs alone. */
+static void say_start_error(const char *code, const char *fmt, ...)
+{
+	char msg[512], esc[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!status_out) {
+		say("%s", msg);
+		return;
+	}
+	status("{\"type\":\"error\",\"error\":\"%s\",\"message\":\"%s\"}", code,
+	       json_escape(msg, esc, sizeof(esc)));
 }
 
 /* libbpf messages: all of them with --verbose, else the last few are kept
@@ -648,15 +689,9 @@ static void usage(FILE *f)
 static void tls_probed(const char *path, int nprobes)
 {
 	char esc[1024];
-	size_t k = 0;
 
-	for (const char *c = path; *c && k + 2 < sizeof(esc); c++) {
-		if (*c == '"' || *c == '\\')
-			esc[k++] = '\\';
-		esc[k++] = *c;
-	}
-	esc[k] = 0;
-	status("{\"type\":\"tls-library\",\"path\":\"%s\",\"probes\":%d}", esc, nprobes);
+	status("{\"type\":\"tls-library\",\"path\":\"%s\",\"probes\":%d}",
+	       json_escape(path, esc, sizeof(esc)), nprobes);
 }
 
 static int parse_args(int argc, char **argv)
@@ -867,15 +902,15 @@ int main(int argc, char **argv)
 
 	vmlinux = btf__load_vmlinux_btf();
 	if (!vmlinux) {
-		say("the kernel has no BTF (/sys/kernel/btf/vmlinux): iotrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y");
-		status("{\"type\":\"error\",\"error\":\"no-btf\"}");
+		say_start_error("no-btf", "the kernel has no BTF (/sys/kernel/btf/vmlinux): iotrace "
+				"needs a kernel built with CONFIG_DEBUG_INFO_BTF=y");
 		goto out;
 	}
 	char hooks_why[256] = "", reads_why[256] = "";
 	int hooks_want = hooks_wanted(hooks_why, sizeof(hooks_why));
 	int reads_want = kernel_reads_wanted(reads_why, sizeof(reads_why));
 	if (hooks_want < 0 || reads_want < 0) {
-		say("%s", hooks_want < 0 ? hooks_why : reads_why);
+		say_start_error("setting", "%s", hooks_want < 0 ? hooks_why : reads_why);
 		btf__free(vmlinux);
 		rc = EXIT_USAGE;
 		goto out;
@@ -889,8 +924,8 @@ int main(int argc, char **argv)
 	else
 		direct = kernel_has_direct_reads(vmlinux, reads_why, sizeof(reads_why));
 	if (!direct && reads_want == READS_DIRECT) {
-		say("%s: IOTRACE_KERNEL_READS=direct asks for it; unset it, or set "
-		    "IOTRACE_KERNEL_READS=probe", reads_why);
+		say_start_error("setting", "%s: IOTRACE_KERNEL_READS=direct asks for it; unset it, "
+				"or set IOTRACE_KERNEL_READS=probe", reads_why);
 		btf__free(vmlinux);
 		goto out;
 	}
@@ -965,9 +1000,9 @@ open_core:
 		load_err = iotrace_bpf__load(skel) ? errno : 0;
 	}
 	if (load_err && fentry) {
-		say("the kernel refused the fentry programs (%s): IOTRACE_HOOKS=fentry asks for "
-		    "them; unset it, or set IOTRACE_HOOKS=tracepoint", strerror(load_err));
-		status("{\"type\":\"error\",\"error\":\"load\",\"errno\":%d}", load_err);
+		say_start_error("setting", "the kernel refused the fentry programs (%s): "
+				"IOTRACE_HOOKS=fentry asks for them; unset it, or set "
+				"IOTRACE_HOOKS=tracepoint", strerror(load_err));
 		btf__free(vmlinux);
 		goto out;
 	}
@@ -995,7 +1030,9 @@ open_core:
 			goto open_core;
 		}
 		if (e) {
-			say("cannot attach the fentry hooks (IOTRACE_HOOKS=fentry): %s", strerror(-e));
+			say_start_error("setting", "cannot attach the fentry hooks (%s): "
+					"IOTRACE_HOOKS=fentry asks for them; unset it, or set "
+					"IOTRACE_HOOKS=tracepoint", strerror(-e));
 			btf__free(vmlinux);
 			goto out;
 		}
