@@ -260,9 +260,11 @@ enum iot_counter {
 	IOT_CNT_ASYNC_LOST,     /* io_uring/libaio requests whose submission was not kept
 				   (table full, past a call's cap) or whose completion was
 				   not seen */
-	IOT_CNT_PROF_OVERFLOW,  /* profile mode: calls that found the aggregate table
-				   full (added to prof_lost by op, without their key) */
-	IOT_CNT_PROF_RATE_LOST, /* profile mode: calls that found the per-second table full */
+	IOT_CNT_PROF_OVERFLOW,  /* profile mode: calls whose sums found the profile's ring
+				   buffer full (added to prof_lost by op, without their
+				   key; the recorder adds those that found its table full) */
+	IOT_CNT_PROF_RATE_LOST, /* profile mode: calls missing from the per-second table
+				   (the ring buffer or, in the recorder, the table full) */
 	IOT_CNT_BLOCK_NO_COMPLETION, /* block requests recorded without their completion
 					(found when their request slot was reused) */
 	IOT_CNT_ENTRY_UNSEEN,   /* calls of a traced process whose return was seen but not
@@ -301,6 +303,16 @@ struct iot_prof_val {
 	__u32 fs_magic;
 	__u16 imode;
 	__u16 pad;
+};
+
+/* What profile mode's ring buffer carries: a thread's sums for one key,
+ * all of calls that ended in second `sec` of CLOCK_MONOTONIC. The recorder
+ * adds them up by key, and by second, process and op. */
+struct iot_prof_sums {
+	struct iot_prof_key k;
+	struct iot_prof_val v;
+	__u32 sec;
+	__u32 pad;
 };
 
 /* Per second of CLOCK_MONOTONIC (ts / 1e9), process and op. */

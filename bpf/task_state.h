@@ -9,18 +9,14 @@
 #ifndef IOTRACE_TASK_STATE_H
 #define IOTRACE_TASK_STATE_H
 
-/* Profile mode (profile.h): a thread's running sums for one key of each
- * table, added to the shared tables when the key changes, the second ends or
- * the thread exits; v.calls 0: empty. */
+/* Profile mode (profile.h): a thread's running sums for one key, sent to
+ * the recorder when the key changes, the second ends or the thread exits;
+ * v.calls 0: empty. */
 struct prof_slot {
 	struct iot_prof_key k;
 	struct iot_prof_val v;
-	__u64 since;      /* its first call's end */
-};
-
-struct prof_rate_slot {
-	struct iot_prof_rate_key k;
-	struct iot_prof_rate_val v;
+	__u32 sec;        /* the second its calls ended in */
+	__u32 pad;
 };
 
 /* Per-thread state between entry and exit of a call, of a lock wait, and of
@@ -83,15 +79,14 @@ struct inflight {
 	__u64 jf_ino;
 	__u32 jf_dev;
 	__u32 jf_bits;
-	/* profile mode: two keys of each table, summed here without atomics
-	 * (only the thread writes them while it is traced) */
+	/* profile mode: two keys, summed here without atomics (only the
+	 * thread writes them while it is traced) */
 	struct prof_slot prof[2];
-	struct prof_rate_slot prof_rate[2];
 	/* set while the thread's own program changes the slots: a program that
 	 * runs nested in it on the same thread (a kernel lock contended inside
-	 * a hash update) adds to the shared tables directly */
+	 * the ring buffer's reserve) sends its call on its own */
 	__u32 prof_busy;
-	__u32 pad3;
+	__u32 prof_older;   /* which slot took its key first (the one to reuse) */
 };
 
 struct {

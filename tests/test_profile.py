@@ -213,6 +213,50 @@ def test_ring_overflow_counted_exactly(tmp_path, datafile):
     assert "dropped" in out.stderr + out.stdout
 
 
+def test_profile_ring_overflow_keeps_totals(tmp_path, datafile):
+    """The threads' sums reach the recorder through a ring buffer of their
+    own (1 MiB with --ringbuf-mb 1), its reader stopped for a second while
+    every call brings a new key: the sums that find it full lose their key,
+    not their calls, and are counted. By construction: N preads of the file."""
+    import signal
+    import time
+    from conftest import IOTRACE
+    n = 1_500_000
+    out = tmp_path / "t"
+    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "--no-node-summary", "--profile",
+                               "--ringbuf-mb", "1", "-o", str(out), "--", sys.executable,
+                               str(WORKLOADS / "key_churn.py"), str(datafile), str(n)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (out / "meta.json").exists():
+                break
+            time.sleep(0.05)
+        recorder = int(open(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read().split()[0])
+        os.kill(recorder, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.kill(recorder, signal.SIGCONT)
+        stdout, stderr = tracer.communicate(timeout=300)
+    finally:
+        tracer.kill()
+    assert tracer.returncode == 0, stderr
+    assert stdout.strip().endswith("done"), "the workload ended before its N calls"
+    trace = iotrace.open_trace(out)
+    counters = trace.meta["counters"]
+    lost = counters["profile_overflow"]
+    assert lost > 0, "the sums' ring buffer did not overflow: nothing was tested"
+    keyed = scalar(trace, """select sum(c.calls) from profile_calls c join files f
+                             using (file_id) where f.path = ? and c.op = 'pread64'""",
+                   str(datafile))
+    keyless = scalar(trace, "select sum(calls) from profile_calls where keyless and op = 'pread64'")
+    assert keyed + keyless == n
+    assert scalar(trace, "select sum(calls) from profile_calls where keyless") == lost
+    # what the ring lost is missing from the per-second sums, and counted there too
+    assert counters["profile_rate_lost"] == lost
+    assert (scalar(trace, "select sum(calls) from profile_rates") + lost
+            == scalar(trace, "select sum(calls) from profile_calls"))
+
+
 def test_attach_profile_sums_threads_that_never_exit(tmp_path):
     """Each thread sums its calls in its own state before the shared tables
     (bpf/profile.h): an attach that stops while the threads still live (and

@@ -1,5 +1,13 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* Profile mode: the kernel's aggregate tables to spool files (profile.h). */
+/*
+ * Profile mode: the threads' sums from the kernel (bpf/profile.h) added up
+ * in two tables of fixed size, and written to spool files (profile.h).
+ *
+ * The tables are open-addressing hash tables written here: libbpf keeps its
+ * own hashmap private, and what they need is small (fixed-size keys, insert
+ * and add, a walk, and for the per-second one a rebuild without the seconds
+ * moved out).
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,60 +19,217 @@
 
 _Static_assert(sizeof(struct iot_prof_key) == 24, "profile key ABI");
 _Static_assert(sizeof(struct iot_prof_val) == 56, "profile value ABI");
+_Static_assert(sizeof(struct iot_prof_sums) == 88, "profile sums ABI");
 _Static_assert(sizeof(struct iot_prof_rate_key) == 16, "profile rate key ABI");
 _Static_assert(sizeof(struct iot_prof_rate_val) == 32, "profile rate value ABI");
 
-long prof_rates_drain(int fd, FILE *out, __u32 before_sec, struct prof_totals *t)
-{
-	struct iot_prof_rate_key *keys, k;
-	struct iot_prof_rate_val v;
-	void *prev = NULL;
-	long n = 0, moved = 0;
+struct call_row {
+	struct iot_prof_key k;
+	struct iot_prof_val v;   /* v.calls 0: a free slot */
+};
 
-	/* Collect the finished seconds' keys first: deleting while walking
-	 * would restart the walk. Those seconds take no more calls (a call is
-	 * counted in the second it ends; the caller leaves a second's margin). */
-	keys = malloc(sizeof(*keys) * IOT_PROF_RATES_MAX_KEYS);
-	if (!keys)
+struct rate_row {
+	struct iot_prof_rate_key k;
+	struct iot_prof_rate_val v;   /* v.calls 0: a free slot */
+};
+
+/* Slots: a power of two, at least twice the rows allowed (short probes). */
+static struct call_row *calls;
+static size_t calls_mask, calls_n, calls_max;
+static struct rate_row *rates;
+static size_t rates_mask, rates_n;
+/* the calls that found the table full, by op, without their key */
+static struct iot_prof_val lost[IOT_OP_COUNT];
+
+struct prof_counts prof_counts;
+struct prof_totals prof_totals;
+
+static size_t slots_for(size_t rows)
+{
+	size_t n = 1024;
+
+	while (n < 2 * rows)
+		n <<= 1;
+	return n;
+}
+
+int prof_tables_init(long max_keys)
+{
+	size_t nc, nr = slots_for(IOT_PROF_RATES_MAX_KEYS);
+
+	calls_max = max_keys > 0 ? (size_t)max_keys : IOT_PROF_CALLS_MAX_KEYS;
+	nc = slots_for(calls_max);
+	calls = calloc(nc, sizeof(*calls));
+	rates = calloc(nr, sizeof(*rates));
+	if (!calls || !rates) {
+		prof_tables_free();
+		errno = ENOMEM;
 		return -1;
-	while (n < IOT_PROF_RATES_MAX_KEYS && bpf_map_get_next_key(fd, prev, &k) == 0) {
-		keys[n] = k;
-		prev = &keys[n];
-		if (k.sec < before_sec)
-			n++;
 	}
-	for (long i = 0; i < n; i++) {
-		if (bpf_map_lookup_elem(fd, &keys[i], &v))
+	calls_mask = nc - 1;
+	rates_mask = nr - 1;
+	return 0;
+}
+
+void prof_tables_free(void)
+{
+	free(calls);
+	free(rates);
+	calls = NULL;
+	rates = NULL;
+}
+
+/* A hash of a key's 64-bit words (keys are 8-byte multiples, padding zero). */
+static size_t hash_words(const void *key, size_t size)
+{
+	const __u64 *w = key;
+	__u64 h = 0x9e3779b97f4a7c15ull;
+
+	for (size_t i = 0; i < size / 8; i++) {
+		h ^= w[i];
+		h *= 0xff51afd7ed558ccdull;
+		h ^= h >> 33;
+	}
+	return (size_t)h;
+}
+
+static void val_add(struct iot_prof_val *to, const struct iot_prof_val *v)
+{
+	to->calls += v->calls;
+	to->errors += v->errors;
+	to->bytes += v->bytes;
+	to->req_bytes += v->req_bytes;
+	to->dur_ns += v->dur_ns;
+	to->cache_bytes += v->cache_bytes;
+}
+
+static void add_call(const struct iot_prof_key *k, const struct iot_prof_val *v)
+{
+	size_t i = hash_words(k, sizeof(*k)) & calls_mask;
+
+	for (;; i = (i + 1) & calls_mask) {
+		struct call_row *r = &calls[i];
+		if (!r->v.calls) {
+			if (calls_n >= calls_max)
+				break;
+			r->k = *k;
+			r->v = *v;
+			calls_n++;
+			return;
+		}
+		if (!memcmp(&r->k, k, sizeof(*k))) {
+			val_add(&r->v, v);
+			return;
+		}
+	}
+	prof_counts.overflow += v->calls;
+	if (k->op < IOT_OP_COUNT)
+		val_add(&lost[k->op], v);
+}
+
+/* Into the per-second table (false: it is full). */
+static bool rate_insert(struct rate_row *tab, size_t mask, size_t *n,
+			const struct iot_prof_rate_key *k, const struct iot_prof_rate_val *v)
+{
+	size_t i = hash_words(k, sizeof(*k)) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		struct rate_row *r = &tab[i];
+		if (!r->v.calls) {
+			if (*n >= IOT_PROF_RATES_MAX_KEYS)
+				return false;
+			r->k = *k;
+			r->v = *v;
+			(*n)++;
+			return true;
+		}
+		if (!memcmp(&r->k, k, sizeof(*k))) {
+			r->v.calls += v->calls;
+			r->v.bytes += v->bytes;
+			r->v.dur_ns += v->dur_ns;
+			r->v.cache_bytes += v->cache_bytes;
+			return true;
+		}
+	}
+}
+
+static bool is_read(__u16 op)
+{
+	return (op >= IOT_READ && op <= IOT_PREADV2) || op == IOT_SENDFILE ||
+	       op == IOT_COPY_FILE_RANGE;
+}
+
+static bool is_write(__u16 op)
+{
+	return (op >= IOT_WRITE && op <= IOT_PWRITEV2) || op == IOT_SENDFILE ||
+	       op == IOT_COPY_FILE_RANGE;
+}
+
+void prof_add(const struct iot_prof_sums *s)
+{
+	struct iot_prof_rate_key rk = { .sec = s->sec, .pid = s->k.pid, .op = s->k.op };
+	struct iot_prof_rate_val rv = {
+		.calls = s->v.calls, .bytes = s->v.bytes, .dur_ns = s->v.dur_ns,
+		.cache_bytes = s->v.cache_bytes,
+	};
+
+	if (!s->v.calls)
+		return;
+	add_call(&s->k, &s->v);
+	if (!rate_insert(rates, rates_mask, &rates_n, &rk, &rv))
+		prof_counts.rate_lost += s->v.calls;
+	prof_totals.calls += s->v.calls;
+	if (is_read(s->k.op))
+		prof_totals.bytes_read += s->v.bytes;
+	if (is_write(s->k.op))
+		prof_totals.bytes_written += s->v.bytes;
+}
+
+long prof_rates_drain(FILE *out, __u32 before_sec)
+{
+	struct rate_row *kept = calloc(rates_mask + 1, sizeof(*kept));
+	size_t n = 0;
+	long moved = 0;
+
+	if (!kept)
+		return -1;
+	for (size_t i = 0; i <= rates_mask; i++) {
+		struct rate_row *r = &rates[i];
+		if (!r->v.calls)
 			continue;
-		bpf_map_delete_elem(fd, &keys[i]);
-		if (fwrite(&keys[i], sizeof(keys[i]), 1, out) != 1 ||
-		    fwrite(&v, sizeof(v), 1, out) != 1) {
-			free(keys);
+		if (r->k.sec >= before_sec) {
+			rate_insert(kept, rates_mask, &n, &r->k, &r->v);
+			continue;
+		}
+		if (fwrite(&r->k, sizeof(r->k), 1, out) != 1 ||
+		    fwrite(&r->v, sizeof(r->v), 1, out) != 1) {
+			free(kept);
 			return -1;
 		}
 		moved++;
-		t->calls += v.calls;
-		if ((keys[i].op >= IOT_READ && keys[i].op <= IOT_PREADV2) ||
-		    keys[i].op == IOT_SENDFILE || keys[i].op == IOT_COPY_FILE_RANGE)
-			t->bytes_read += v.bytes;
-		if ((keys[i].op >= IOT_WRITE && keys[i].op <= IOT_PWRITEV2) ||
-		    keys[i].op == IOT_SENDFILE || keys[i].op == IOT_COPY_FILE_RANGE)
-			t->bytes_written += v.bytes;
 	}
-	free(keys);
+	free(rates);
+	rates = kept;
+	rates_n = n;
 	if (fflush(out))
 		return -1;
 	return moved;
 }
 
-long prof_calls_snapshot(int calls_fd, int lost_fd, const char *dir)
+/* One row of calls without their key: pid 0, both buckets 255. */
+static int write_lost(FILE *f, __u16 op, const struct iot_prof_val *v)
+{
+	struct iot_prof_key k = { .op = op, .size_bucket = 255, .lat_bucket = 255 };
+
+	return fwrite(&k, sizeof(k), 1, f) == 1 && fwrite(v, sizeof(*v), 1, f) == 1 ? 0 : -1;
+}
+
+long prof_calls_snapshot(int lost_fd, const char *dir)
 {
 	char part[4200], path[4096];
-	struct iot_prof_key k, next;
-	struct iot_prof_val v;
-	void *prev = NULL;
 	long rows = 0;
 	int ncpu = libbpf_num_possible_cpus();
+	struct iot_prof_val *per = NULL;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/profile-calls.bin", dir);
@@ -73,44 +238,29 @@ long prof_calls_snapshot(int calls_fd, int lost_fd, const char *dir)
 	if (!f)
 		return -1;
 	setvbuf(f, NULL, _IOFBF, 1 << 20);
-	while (bpf_map_get_next_key(calls_fd, prev, &next) == 0) {
-		k = next;
-		prev = &k;
-		if (bpf_map_lookup_elem(calls_fd, &k, &v))
+	for (size_t i = 0; i <= calls_mask; i++) {
+		if (!calls[i].v.calls)
 			continue;
-		if (fwrite(&k, sizeof(k), 1, f) != 1 || fwrite(&v, sizeof(v), 1, f) != 1)
+		if (fwrite(&calls[i], sizeof(calls[i]), 1, f) != 1)
 			goto fail;
 		rows++;
 	}
-	if (ncpu > 0) {
-		struct iot_prof_val *per = calloc(ncpu, sizeof(*per));
-		if (!per)
+	/* the keyless rows: this table's, and the kernel's (sums that found
+	 * the ring buffer full), per CPU */
+	per = ncpu > 0 ? calloc(ncpu, sizeof(*per)) : NULL;
+	for (__u32 op = 0; op < IOT_OP_COUNT; op++) {
+		struct iot_prof_val sum = lost[op];
+		if (per && !bpf_map_lookup_elem(lost_fd, &op, per))
+			for (int c = 0; c < ncpu; c++)
+				val_add(&sum, &per[c]);
+		if (!sum.calls)
+			continue;
+		if (write_lost(f, op, &sum))
 			goto fail;
-		for (__u32 op = 0; op < IOT_OP_COUNT; op++) {
-			struct iot_prof_val sum = {};
-			if (bpf_map_lookup_elem(lost_fd, &op, per))
-				continue;
-			for (int c = 0; c < ncpu; c++) {
-				sum.calls += per[c].calls;
-				sum.errors += per[c].errors;
-				sum.bytes += per[c].bytes;
-				sum.req_bytes += per[c].req_bytes;
-				sum.dur_ns += per[c].dur_ns;
-				sum.cache_bytes += per[c].cache_bytes;
-			}
-			if (!sum.calls)
-				continue;
-			memset(&k, 0, sizeof(k));
-			k.op = op;
-			k.size_bucket = k.lat_bucket = 255;
-			if (fwrite(&k, sizeof(k), 1, f) != 1 || fwrite(&sum, sizeof(sum), 1, f) != 1) {
-				free(per);
-				goto fail;
-			}
-			rows++;
-		}
-		free(per);
+		rows++;
 	}
+	free(per);
+	per = NULL;
 	if (fclose(f))
 		return -1;
 	if (rename(part, path))
@@ -119,6 +269,7 @@ long prof_calls_snapshot(int calls_fd, int lost_fd, const char *dir)
 fail:
 	{
 		int e = errno;
+		free(per);
 		fclose(f);
 		errno = e;
 	}

@@ -5,29 +5,53 @@
 #include <stdio.h>
 #include <linux/types.h>
 
+struct iot_prof_sums;
+
 /*
- * Profile mode's tables (bpf/profile.h) moved to the spool for iotrace:
+ * Profile mode's tables, filled from the threads' sums the kernel sends
+ * (struct iot_prof_sums, bpf/profile.h), moved to the spool for iotrace:
  *   profile-rates.bin  appended: (struct iot_prof_rate_key, struct
  *                      iot_prof_rate_val) pairs, one per finished second,
- *                      process and op (moved out of the kernel's table);
+ *                      process and op (a second's late sums: another row);
  *   profile-calls.bin  replaced whole at each snapshot: (struct iot_prof_key,
  *                      struct iot_prof_val) pairs; the calls that found the
- *                      table full follow with pid 0 and both buckets 255.
+ *                      table (or the kernel's ring buffer) full follow with
+ *                      pid 0 and both buckets 255.
+ * Memory is fixed however long the job runs: a call whose key finds the
+ * table full is added to its op's keyless row (totals stay exact) and
+ * counted; one whose second finds the per-second table full is counted.
  */
 
-/* at least bpf/profile.h's IOT_PROF_RATES_MAX */
+#define IOT_PROF_CALLS_MAX_KEYS 131072
 #define IOT_PROF_RATES_MAX_KEYS 16384
 
 struct prof_totals {
 	__u64 calls, bytes_read, bytes_written;
 };
 
-/* Moves the per-second rows of seconds before `before_sec` (all: ~0u) to
- * out, adding them to t. Returns the rows moved, or -1 when writing failed. */
-long prof_rates_drain(int rates_fd, FILE *out, __u32 before_sec, struct prof_totals *t);
+/* calls of the two kinds of loss above (the kernel counts its own) */
+struct prof_counts {
+	__u64 overflow, rate_lost;
+};
 
-/* Writes DIR/profile-calls.bin (through a .part file, renamed). Returns the
- * rows written, or -1 with errno set. */
-long prof_calls_snapshot(int calls_fd, int lost_fd, const char *dir);
+extern struct prof_totals prof_totals;
+extern struct prof_counts prof_counts;
+
+/* max_keys: rows of the calls table (0: IOT_PROF_CALLS_MAX_KEYS). -1 when
+ * out of memory. */
+int prof_tables_init(long max_keys);
+void prof_tables_free(void);
+
+/* One record of the kernel's: into both tables and the totals. */
+void prof_add(const struct iot_prof_sums *s);
+
+/* Moves the per-second rows of seconds before `before_sec` (all: ~0u) to
+ * out. Returns the rows moved, or -1 when writing failed. */
+long prof_rates_drain(FILE *out, __u32 before_sec);
+
+/* Writes DIR/profile-calls.bin (through a .part file, renamed), with the
+ * kernel's keyless sums (lost_fd: its per-CPU prof_lost). Returns the rows
+ * written, or -1 with errno set. */
+long prof_calls_snapshot(int lost_fd, const char *dir);
 
 #endif

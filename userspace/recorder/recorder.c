@@ -282,6 +282,17 @@ fail:
 	return 0;
 }
 
+/* Profile mode: a thread's sums for one key (bpf/profile.h), into the tables. */
+static int on_prof_sums(void *ctx, void *data, size_t size)
+{
+	if (size < sizeof(struct iot_prof_sums)) {
+		tot.unknown++;
+		return 0;
+	}
+	prof_add(data);
+	return 0;
+}
+
 /* The system-call records lost by op, as a JSON object {"op number": n}. */
 static void drops_by_op_json(struct iotrace_bpf *skel, char *buf, size_t len)
 {
@@ -671,7 +682,8 @@ static void usage(FILE *f)
 		"  --status-fd N      write JSON status lines to fd N\n"
 		"  --go-fd N          start CMD once a byte (or EOF) is read from fd N\n"
 		"  --rotate-ms MS     close a spool segment every MS ms (default 1000)\n"
-		"  --ringbuf-mb MB    ring buffer size (default 64)\n"
+		"  --ringbuf-mb MB    ring buffer size (default 64; a profile's sums\n"
+		"                     have one of their own, at most 16)\n"
 		"  --duration S       stop after S seconds (attach mode)\n"
 		"  --verbs-lib PATH   libibverbs to probe (default: the system's, when there is\n"
 		"                     an RDMA device; \"none\": no verbs probes)\n"
@@ -778,10 +790,12 @@ static int parse_args(int argc, char **argv)
 static void prepare_profile(struct iotrace_bpf *skel, struct probe *probes, int n)
 {
 	skel->rodata->profile_mode = opt.profile;
+	/* the sums' ring: up to 16 MiB, read every 50 ms at least (about 3.5 M
+	 * key changes a second); a full trace sends none: one page */
+	bpf_map__set_max_entries(skel->maps.prof_ring, !opt.profile ? (__u32)getpagesize() :
+				 (__u32)(opt.ringbuf_mb < 16 ? opt.ringbuf_mb : 16) << 20);
 	if (!opt.profile)
 		return;
-	if (opt.profile_max_keys > 0)
-		bpf_map__set_max_entries(skel->maps.prof_calls, opt.profile_max_keys);
 	for (int i = 0; i < n; i++) {
 		if (strcmp(probes[i].prog, "iot_sched_switch") && strcmp(probes[i].prog, "iot_sched_waking"))
 			continue;
@@ -867,7 +881,6 @@ int main(int argc, char **argv)
 	static char attached[16384], skipped[32768];
 	__u64 t0, last_rotate, last_stats, last_follow, last_tls, last_profile = 0, last_snapshot = 0;
 	FILE *prof_rates = NULL;
-	struct prof_totals ptot = {};
 	const char *stop_reason = "done";
 	__s64 extra_live = 0;
 
@@ -1069,7 +1082,8 @@ open_core:
 	}
 
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_record, NULL, NULL);
-	if (!rb) {
+	if (!rb || (opt.profile &&
+		    ring_buffer__add(rb, bpf_map__fd(skel->maps.prof_ring), on_prof_sums, NULL))) {
 		say("cannot create the ring buffer reader: %s", strerror(errno));
 		goto out;
 	}
@@ -1079,6 +1093,10 @@ open_core:
 	}
 	if (opt.profile) {
 		char path[4096];
+		if (prof_tables_init(opt.profile_max_keys)) {
+			say("cannot allocate the profile's tables: %s", strerror(errno));
+			goto out;
+		}
 		snprintf(path, sizeof(path), "%s/profile-rates.bin", opt.spool);
 		prof_rates = fopen(path, "w");
 		if (!prof_rates) {
@@ -1159,8 +1177,9 @@ open_core:
 		/* Most records are submitted without a wake-up (one per
 		 * wakeup_bytes written wakes this loop): read what is there at each
 		 * timeout, so that records do not sit in the ring (and new ones drop
-		 * when it is full) after a burst, and a segment holds its second. */
-		if (n == 0)
+		 * when it is full) after a burst, and a segment holds its second.
+		 * The profile's sums wake nobody: read at every turn. */
+		if (n == 0 || opt.profile)
 			n = ring_buffer__consume(rb);
 
 		if (n < 0 && n != -EINTR) {
@@ -1185,15 +1204,14 @@ open_core:
 			}
 			last_rotate = now;
 		}
-		/* profile mode: finished seconds out of the kernel (a second's margin
+		/* profile mode: finished seconds to the spool (a second's margin
 		 * for calls ending on another CPU), and the whole-run table every 5 s
 		 * so that a killed trace keeps it */
 		if (opt.profile && now - last_profile >= 1000000000ull) {
-			if (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates,
-					     now / 1000000000ull - 1, &ptot) < 0 ||
+			if (prof_rates_drain(prof_rates, now / 1000000000ull - 1) < 0 ||
 			    (now - last_snapshot >= 5000000000ull &&
-			     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
-						 bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
+			     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_lost),
+						 opt.spool) < 0)) {
 				sp.failed = true;
 				sp.err = errno;
 			}
@@ -1206,10 +1224,10 @@ open_core:
 			       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 			       "\"live\":%lld,\"profile_calls\":%llu}",
 			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
-			       (unsigned long long)(tot.bytes_read + ptot.bytes_read),
-			       (unsigned long long)(tot.bytes_written + ptot.bytes_written),
+			       (unsigned long long)(tot.bytes_read + prof_totals.bytes_read),
+			       (unsigned long long)(tot.bytes_written + prof_totals.bytes_written),
 			       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
-			       (long long)skel->bss->live_procs, (unsigned long long)ptot.calls);
+			       (long long)skel->bss->live_procs, (unsigned long long)prof_totals.calls);
 			last_stats = now;
 		}
 		/* the command's processes are gone: those traced besides it (--pid
@@ -1285,10 +1303,11 @@ open_core:
 	if (opt.profile && !sp.failed)
 		profile_flush_threads(skel);
 	bpf_link__destroy(exit_link);
+	if (opt.profile && !sp.failed)
+		ring_buffer__consume(rb);   /* the threads' last sums */
 	if (opt.profile && !sp.failed &&
-	    (prof_rates_drain(bpf_map__fd(skel->maps.prof_rates), prof_rates, ~0u, &ptot) < 0 ||
-	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_calls),
-				 bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
+	    (prof_rates_drain(prof_rates, ~0u) < 0 ||
+	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
 		sp.failed = true;
 		sp.err = errno;
 	}
@@ -1346,9 +1365,10 @@ open_core:
 	       (unsigned long long)counter_sum(skel, IOT_CNT_CACHE_OTHER_BYTES),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_LOST),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_ASYNC_LOST),
-	       (unsigned long long)ptot.calls,
-	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_OVERFLOW),
-	       (unsigned long long)counter_sum(skel, IOT_CNT_PROF_RATE_LOST), drops_json,
+	       (unsigned long long)prof_totals.calls,
+	       (unsigned long long)(counter_sum(skel, IOT_CNT_PROF_OVERFLOW) + prof_counts.overflow),
+	       (unsigned long long)(counter_sum(skel, IOT_CNT_PROF_RATE_LOST) + prof_counts.rate_lost),
+	       drops_json,
 	       misses, misses_json,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_BLOCK_NO_COMPLETION) + unfinished,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_ENTRY_UNSEEN),
@@ -1361,6 +1381,7 @@ open_core:
 out:
 	if (prof_rates)
 		fclose(prof_rates);
+	prof_tables_free();
 	if (rc == EXIT_SETUP && child_pid > 0) {
 		/* Never started: the child exits 126 when go closes unread. */
 		close(go[1]);
