@@ -5,20 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core_object.h"
+#include "settings.h"
 #include "iotrace_direct.skel.h"
 
 int kernel_reads_wanted(char *why, size_t len)
 {
-	const char *v = getenv("IOTRACE_KERNEL_READS");
-
-	if (!v || !*v || !strcmp(v, "auto"))
-		return READS_AUTO;
-	if (!strcmp(v, "direct"))
-		return READS_DIRECT;
-	if (!strcmp(v, "probe"))
-		return READS_PROBE;
-	snprintf(why, len, "IOTRACE_KERNEL_READS=%s: give direct, probe or auto", v);
-	return -1;
+	return setting_choice("IOTRACE_KERNEL_READS", "direct", "probe", why, len);
 }
 
 bool kernel_has_direct_reads(const struct btf *vmlinux, char *why, size_t len)

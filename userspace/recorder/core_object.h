@@ -14,6 +14,7 @@
  * helper calls (any kernel). IOTRACE_KERNEL_READS=direct|probe|auto (default
  * auto: direct where the kernel has the kfunc).
  */
+/* in setting_choice's order (settings.h) */
 enum reads_want { READS_AUTO, READS_DIRECT, READS_PROBE };
 
 /* From IOTRACE_KERNEL_READS; -1 (and a message in why) for a bad value. */

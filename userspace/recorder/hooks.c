@@ -7,6 +7,7 @@
 #include <linux/types.h>
 #include "iotrace.h"
 #include "hooks.h"
+#include "settings.h"
 /* the list of hooked functions, bpf/syscall_hooks.h (-Ibpf) */
 #include "../../bpf/syscall_hooks.h"
 
@@ -31,16 +32,7 @@ static char absent[1024];
 
 int hooks_wanted(char *why, size_t len)
 {
-	const char *v = getenv("IOTRACE_HOOKS");
-
-	if (!v || !*v || !strcmp(v, "auto"))
-		return HOOKS_AUTO;
-	if (!strcmp(v, "fentry"))
-		return HOOKS_FENTRY;
-	if (!strcmp(v, "tracepoint"))
-		return HOOKS_TRACEPOINT;
-	snprintf(why, len, "IOTRACE_HOOKS=%s: give fentry, tracepoint or auto", v);
-	return -1;
+	return setting_choice("IOTRACE_HOOKS", "fentry", "tracepoint", why, len);
 }
 
 int hooks_select(struct bpf_object *obj, const struct btf *vmlinux, bool fentry)

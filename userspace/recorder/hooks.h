@@ -13,6 +13,7 @@
  * IOTRACE_HOOKS=fentry|tracepoint|auto (default auto: fentry where the
  * kernel allows it, else the tracepoints, with the reason kept).
  */
+/* in setting_choice's order (settings.h) */
 enum hooks_want { HOOKS_AUTO, HOOKS_FENTRY, HOOKS_TRACEPOINT };
 
 /* From IOTRACE_HOOKS; -1 (and a message in why) for a bad value. */
