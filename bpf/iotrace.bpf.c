@@ -1405,7 +1405,7 @@ int iot_in_progress(struct bpf_iter__task *ctx)
 /*
  * Profile mode, run once by the recorder at the end, after the probes are
  * detached and no program of theirs is still running: every thread's sums
- * not yet in the shared tables (profile.h) are added there.
+ * not yet sent (profile.h) go to the recorder.
  */
 SEC("iter/task")
 int iot_prof_flush(struct bpf_iter__task *ctx)

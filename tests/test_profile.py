@@ -258,8 +258,8 @@ def test_profile_ring_overflow_keeps_totals(tmp_path, datafile):
 
 
 def test_attach_profile_sums_threads_that_never_exit(tmp_path):
-    """Each thread sums its calls in its own state before the shared tables
-    (bpf/profile.h): an attach that stops while the threads still live (and
+    """Each thread sums its calls in its own state before it sends them to
+    the recorder (bpf/profile.h): an attach that stops while the threads still live (and
     have been idle since their calls) must add those sums at the end. By
     construction: 3 threads x (N of 4 KiB + N of 100 B), then N of 4 KiB and
     one write in the main thread."""

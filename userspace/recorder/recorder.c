@@ -587,14 +587,15 @@ static long long calls_in_progress(struct iotrace_bpf *skel, __u64 stop,
 }
 
 /*
- * Profile mode, at the end: each thread's sums not yet in the shared tables
- * (bpf/profile.h) are added there by iot_prof_flush. The traced slots are
- * empty and the probes detached by then, so no program starts a new sum;
- * membarrier's global command waits for an RCU grace period, which every
- * program run in progress (each holds the RCU read lock) ends before. Then no
- * thread writes its sums while the iterator reads them. The exit probe is
- * still attached: a thread exiting meanwhile adds its own (before its state
- * is freed), and the slots' atomic exchange lets only one of the two add it.
+ * Profile mode, at the end: each thread's sums not yet sent (bpf/profile.h)
+ * are sent by iot_prof_flush (and read from the ring after it). The traced
+ * slots are empty and the probes detached by then, so no program starts a
+ * new sum; membarrier's global command waits for an RCU grace period, which
+ * every program run in progress (each holds the RCU read lock) ends before.
+ * Then no thread writes its sums while the iterator reads them. The exit
+ * probe is still attached: a thread exiting meanwhile sends its own (before
+ * its state is freed), and the slots' atomic exchange lets only one of the
+ * two send it.
  */
 static void profile_flush_threads(struct iotrace_bpf *skel)
 {
