@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 import iotrace
-from conftest import WORKLOADS, attached, iotrace_cmd, needs_root, rows, scalar, trace_run
+from conftest import (IOTRACE, WORKLOADS, attached, iotrace_cmd, needs_root, rows, scalar,
+                      trace_run, wait_for)
 
 pytestmark = [needs_root()]
 
@@ -30,6 +33,25 @@ def datafile(tmp_path_factory):
     path = tmp_path_factory.mktemp("prof") / "data.bin"
     path.write_bytes(b"\x5a" * (16 << 20))
     return path
+
+
+def run_reader_stopped(out, command, *extra):
+    """`iotrace run --ringbuf-mb 1 [extra] -o out -- command` with its reader
+    (the recorder) stopped for a second once tracing has begun, so that the
+    ring fills while the command runs. (exit code, stdout, stderr)."""
+    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "--no-node-summary", "--ringbuf-mb", "1",
+                               *extra, "-o", str(out), "--", *command],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (out / "meta.json").exists()), "tracing never began"
+        recorder = int(open(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read().split()[0])
+        os.kill(recorder, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.kill(recorder, signal.SIGCONT)
+        stdout, stderr = tracer.communicate(timeout=300)
+    finally:
+        tracer.kill()
+    return tracer.returncode, stdout, stderr
 
 
 def per_op_on(trace, prefix: str, table: str) -> dict:
@@ -176,31 +198,11 @@ def test_ring_overflow_counted_exactly(tmp_path, datafile):
     stopped (SIGSTOP) for a second so that it overflows for certain: every
     pread64 fio made is either in the trace or counted as dropped (when the
     drops happened: tests/test_faults.py)."""
-    import signal
-    import subprocess
-    import time
-    from conftest import IOTRACE
     report = tmp_path / "fio.json"
     out = tmp_path / "t"
-    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "--no-node-summary", "--ringbuf-mb", "1",
-                               "-o", str(out), "--",
-                               *fio_args(datafile, report, "--rw=randread", "--bs=4k",
-                                         "--io_size=512M")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(600):
-            if (out / "meta.json").exists():
-                break
-            time.sleep(0.05)
-        recorder = int(open(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read().split()[0])
-        os.kill(recorder, signal.SIGSTOP)
-        time.sleep(1.0)
-        os.kill(recorder, signal.SIGCONT)
-        _, stderr = tracer.communicate(timeout=120)
-    finally:
-        tracer.kill()
-    assert tracer.returncode == 0, stderr
-    import iotrace
+    rc, _, stderr = run_reader_stopped(out, fio_args(datafile, report, "--rw=randread",
+                                                     "--bs=4k", "--io_size=512M"))
+    assert rc == 0, stderr
     trace = iotrace.open_trace(out)
     job = json.loads(report.read_text())["jobs"][0]
     captured = scalar(trace, """select count(*) from events e join files f using (file_id)
@@ -218,28 +220,12 @@ def test_profile_ring_overflow_keeps_totals(tmp_path, datafile):
     own (1 MiB with --ringbuf-mb 1), its reader stopped for a second while
     every call brings a new key: the sums that find it full lose their key,
     not their calls, and are counted. By construction: N preads of the file."""
-    import signal
-    import time
-    from conftest import IOTRACE
     n = 1_500_000
     out = tmp_path / "t"
-    tracer = subprocess.Popen([*IOTRACE, "run", "-q", "--no-node-summary", "--profile",
-                               "--ringbuf-mb", "1", "-o", str(out), "--", sys.executable,
-                               str(WORKLOADS / "key_churn.py"), str(datafile), str(n)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(600):
-            if (out / "meta.json").exists():
-                break
-            time.sleep(0.05)
-        recorder = int(open(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read().split()[0])
-        os.kill(recorder, signal.SIGSTOP)
-        time.sleep(1.0)
-        os.kill(recorder, signal.SIGCONT)
-        stdout, stderr = tracer.communicate(timeout=300)
-    finally:
-        tracer.kill()
-    assert tracer.returncode == 0, stderr
+    rc, stdout, stderr = run_reader_stopped(
+        out, (sys.executable, str(WORKLOADS / "key_churn.py"), str(datafile), str(n)),
+        "--profile")
+    assert rc == 0, stderr
     assert stdout.strip().endswith("done"), "the workload ended before its N calls"
     trace = iotrace.open_trace(out)
     counters = trace.meta["counters"]
