@@ -192,6 +192,28 @@ def test_profile_table_full_keeps_totals(tmp_path):
     assert "profile overflow" in out.stderr + out.stdout
 
 
+def test_profile_names_each_file_once(tmp_path):
+    """A profile writes an open's record only to name a file: 300 files read
+    in 3 passes (epochs) are named once each, although the kernel's table of
+    named files holds 16 (the recorder catches the repeats it lets through);
+    every open and read is in the sums. By construction."""
+    n, rounds = 300, 3
+    d = tmp_path / "data"
+    proc, trace = trace_run(tmp_path / "t", "python3", str(WORKLOADS / "reopen_files.py"),
+                            str(d), str(n), str(rounds), extra=("--profile",),
+                            env={**os.environ, "IOTRACE_PROFILE_MAX_KEYS": "16"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["opens", str(n * rounds), "reads", str(n * rounds)]
+    prefix = str(d) + "/"
+    # the files' names: each from one open record
+    assert scalar(trace, """select count(*) from events e join files f using (file_id)
+                            where e.op = 'openat' and starts_with(f.path, ?)""", prefix) == n
+    assert scalar(trace, "select count(*) from files where starts_with(path, ?)", prefix) == n
+    # the sums: all the calls (the 16-key table keeps the rest keyless)
+    by_op = dict(rows(trace, "select op, sum(calls)::bigint from profile_calls group by op"))
+    assert by_op["openat"] >= n * rounds and by_op["read"] >= n * rounds
+
+
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
 def test_ring_overflow_counted_exactly(tmp_path, datafile):
     """A 1 MiB ring buffer under fio's 4 KiB page-cache reads, its reader

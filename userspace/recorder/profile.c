@@ -9,6 +9,7 @@
  * moved out).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,16 @@ static struct call_row *calls;
 static size_t calls_mask, calls_n, calls_max;
 static struct rate_row *rates;
 static size_t rates_mask, rates_n;
+/* The regular files whose name is in the spool: (dev, ino) pairs, open
+ * addressing, doubled at half full. It grows with the distinct files a job
+ * opens (16 bytes each), not with time. */
+struct named_file {
+	__u64 ino;
+	__u64 dev;   /* dev + 1: 0 marks a free slot */
+};
+static struct named_file *named;
+static size_t named_mask, named_n;
+
 /* the calls that found the table full, by op, without their key */
 static struct iot_prof_val lost[IOT_OP_COUNT];
 
@@ -75,8 +86,10 @@ void prof_tables_free(void)
 {
 	free(calls);
 	free(rates);
+	free(named);
 	calls = NULL;
 	rates = NULL;
+	named = NULL;
 }
 
 /* A hash of a key's 64-bit words (keys are 8-byte multiples, padding zero). */
@@ -222,6 +235,42 @@ static int write_lost(FILE *f, __u16 op, const struct iot_prof_val *v)
 	struct iot_prof_key k = { .op = op, .size_bucket = 255, .lat_bucket = 255 };
 
 	return fwrite(&k, sizeof(k), 1, f) == 1 && fwrite(v, sizeof(*v), 1, f) == 1 ? 0 : -1;
+}
+
+static bool named_put(struct named_file *tab, size_t mask, __u64 ino, __u64 dev)
+{
+	struct named_file k = { .ino = ino, .dev = dev };
+	size_t i = hash_words(&k, sizeof(k)) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		if (!tab[i].dev) {
+			tab[i] = k;
+			return true;
+		}
+		if (tab[i].ino == ino && tab[i].dev == dev)
+			return false;
+	}
+}
+
+bool prof_name_new(__u32 dev, __u64 ino)
+{
+	if (named_n + 1 > (named_mask + 1) / 2) {
+		size_t n = named ? 2 * (named_mask + 1) : 4096;
+		struct named_file *t = calloc(n, sizeof(*t));
+
+		if (!t)
+			return true;   /* out of memory: write the record */
+		for (size_t i = 0; named && i <= named_mask; i++)
+			if (named[i].dev)
+				named_put(t, n - 1, named[i].ino, named[i].dev);
+		free(named);
+		named = t;
+		named_mask = n - 1;
+	}
+	if (!named_put(named, named_mask, ino, (__u64)dev + 1))
+		return false;
+	named_n++;
+	return true;
 }
 
 long prof_calls_snapshot(int lost_fd, const char *dir)

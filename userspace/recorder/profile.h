@@ -2,6 +2,7 @@
 #ifndef RECORDER_PROFILE_H
 #define RECORDER_PROFILE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <linux/types.h>
 
@@ -48,6 +49,12 @@ void prof_add(const struct iot_prof_sums *s);
 /* Moves the per-second rows of seconds before `before_sec` (all: ~0u) to
  * out. Returns the rows moved, or -1 when writing failed. */
 long prof_rates_drain(FILE *out, __u32 before_sec);
+
+/* Whether a regular file (dev, ino) is named for the first time: a profile
+ * writes an open's record only then. The kernel filters most repeats
+ * (prof_named, bpf/profile.h); this catches those its fixed-size table
+ * cannot hold (a job that cycles through more files than it holds). */
+bool prof_name_new(__u32 dev, __u64 ino);
 
 /* Writes DIR/profile-calls.bin (through a .part file, renamed), with the
  * kernel's keyless sums (lost_fd: its per-CPU prof_lost). Returns the rows
