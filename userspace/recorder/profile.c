@@ -16,6 +16,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "iotrace.h"
+#include "ops.h"
 #include "profile.h"
 
 _Static_assert(sizeof(struct iot_prof_key) == 24, "profile key ABI");
@@ -41,7 +42,7 @@ static struct rate_row *rates;
 static size_t rates_mask, rates_n;
 /* The regular files whose name is in the spool: (dev, ino) pairs, open
  * addressing, doubled at half full. It grows with the distinct files a job
- * opens (16 bytes each), not with time. */
+ * opens (16-byte slots, up to 32 bytes a file), not with time. */
 struct named_file {
 	__u64 ino;
 	__u64 dev;   /* dev + 1: 0 marks a free slot */
@@ -166,18 +167,6 @@ static bool rate_insert(struct rate_row *tab, size_t mask, size_t *n,
 	}
 }
 
-static bool is_read(__u16 op)
-{
-	return (op >= IOT_READ && op <= IOT_PREADV2) || op == IOT_SENDFILE ||
-	       op == IOT_COPY_FILE_RANGE;
-}
-
-static bool is_write(__u16 op)
-{
-	return (op >= IOT_WRITE && op <= IOT_PWRITEV2) || op == IOT_SENDFILE ||
-	       op == IOT_COPY_FILE_RANGE;
-}
-
 void prof_add(const struct iot_prof_sums *s)
 {
 	struct iot_prof_rate_key rk = { .sec = s->sec, .pid = s->k.pid, .op = s->k.op };
@@ -192,9 +181,9 @@ void prof_add(const struct iot_prof_sums *s)
 	if (!rate_insert(rates, rates_mask, &rates_n, &rk, &rv))
 		prof_counts.rate_lost += s->v.calls;
 	prof_totals.calls += s->v.calls;
-	if (is_read(s->k.op))
+	if (is_read_op(s->k.op))
 		prof_totals.bytes_read += s->v.bytes;
-	if (is_write(s->k.op))
+	if (is_write_op(s->k.op))
 		prof_totals.bytes_written += s->v.bytes;
 }
 

@@ -44,6 +44,7 @@
 #include "core_object.h"
 #include "objects.h"
 #include "probes.h"
+#include "ops.h"
 #include "profile.h"
 #include "hooks.h"
 #include "syscall_table.h"
@@ -230,26 +231,6 @@ struct totals {
 	__u64 events, bytes_read, bytes_written, unknown;
 };
 static struct totals tot;
-
-static bool is_copy_op(__u16 op)
-{
-	return op == IOT_SENDFILE || op == IOT_COPY_FILE_RANGE;
-}
-
-static bool is_read_op(__u16 op)
-{
-	return (op >= IOT_READ && op <= IOT_PREADV2) || is_copy_op(op);
-}
-
-static bool is_write_op(__u16 op)
-{
-	return (op >= IOT_WRITE && op <= IOT_PWRITEV2) || is_copy_op(op);
-}
-
-static bool is_open_op(__u16 op)
-{
-	return op == IOT_OPEN || op == IOT_OPENAT || op == IOT_OPENAT2 || op == IOT_CREAT;
-}
 
 static int on_record(void *ctx, void *data, size_t size)
 {
