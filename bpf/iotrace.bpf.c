@@ -1423,6 +1423,22 @@ int iot_prof_flush(struct bpf_iter__task *ctx)
 
 /* ---- lock contention --------------------------------------------------- */
 
+/* Whether LOCK is one of iotrace's own ring buffers' locks. A reserve that
+ * waits for one fires the contention tracepoints inside the program that
+ * reserves, and contention_end fires with the lock held: a record reserved
+ * there would take the same lock again on this CPU, a deadlock before 6.15
+ * (raw spinlock) and on later kernels (resilient spinlock) a wait that only
+ * gives up after its timeout, a quarter of a second each, which all but
+ * stopped an 8-thread pread loop on 16 CPUs. These waits are iotrace's cost,
+ * not the job's: counted (IOT_CNT_OWN_LOCK_WAITS), never recorded. */
+static __always_inline bool own_ring_lock(void *lock)
+{
+	struct bpf_ringbuf *ev = ((struct bpf_ringbuf_map *)&events)->rb;
+	struct bpf_ringbuf *pr = ((struct bpf_ringbuf_map *)&prof_ring)->rb;
+
+	return (__u64)lock == (__u64)&ev->spinlock || (__u64)lock == (__u64)&pr->spinlock;
+}
+
 SEC("tp_btf/contention_begin")
 int BPF_PROG(iot_lock_begin, void *lock, unsigned int flags)
 {
@@ -1430,6 +1446,10 @@ int BPF_PROG(iot_lock_begin, void *lock, unsigned int flags)
 
 	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
 		return 0;
+	if (own_ring_lock(lock)) {
+		count(IOT_CNT_OWN_LOCK_WAITS);
+		return 0;
+	}
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
@@ -1452,7 +1472,7 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 	struct iot_event *e;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 
-	if (!is_traced(pid_tgid >> 32))
+	if (!is_traced(pid_tgid >> 32) || own_ring_lock(lock))
 		return 0;
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!st || !st->lock_ts)

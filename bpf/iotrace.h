@@ -274,6 +274,9 @@ enum iot_counter {
 				   not seen (fexit only sees calls that entered after its
 				   trampoline): returned during the trace, or running at the
 				   attach with fentry hooks */
+	IOT_CNT_OWN_LOCK_WAITS, /* waits of the job's threads for the lock of one of
+				   iotrace's own ring buffers (not recorded: the
+				   tracer's cost, not the job's) */
 	IOT_CNT_MAX
 };
 

@@ -160,7 +160,12 @@ def print_summary(t: Trace, console: Console) -> None:
     # below; nor are calls in progress at the start or the end (in the trace;
     # the longest of the end's shown here)
     lost = {k: v for k, v in s.counters.items()
-            if v and k not in ("cache_other_bytes", "calls_unfinished", "calls_began_before")}
+            if v and k not in ("cache_other_bytes", "calls_unfinished", "calls_began_before",
+                               "own_lock_waits")}
+    if s.counters.get("own_lock_waits"):
+        console.print(f"  [dim]the job's threads waited {s.counters['own_lock_waits']:,} times "
+                      "for the lock of iotrace's own ring buffer (its cost, not the job's: "
+                      "not in the lock table)[/dim]")
     if s.unfinished:
         n = s.counters.get("calls_unfinished", len(s.unfinished))
         longest = "; ".join(f"{op}{' of ' + what if what else ''} for "
