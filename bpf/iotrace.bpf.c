@@ -1448,6 +1448,12 @@ int BPF_PROG(iot_lock_begin, void *lock, unsigned int flags)
 		return 0;
 	if (own_ring_lock(lock)) {
 		count(IOT_CNT_OWN_LOCK_WAITS);
+		/* inside iot_lock_end's own record of another wait: the kernel
+		 * skips this wait's end (iot_lock_end is running on this CPU)
+		 * and counts it a miss; the recorder takes these back out */
+		st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+		if (st && st->lock_end_busy)
+			count(IOT_CNT_LOCK_END_NESTED);
 		return 0;
 	}
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
@@ -1477,14 +1483,17 @@ int BPF_PROG(iot_lock_end, void *lock, int ret)
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!st || !st->lock_ts)
 		return 0;
+	st->lock_end_busy = 1;
 	if (profile_mode) {
 		__u64 now = bpf_ktime_get_ns();
 		profile_add(st, pid_tgid >> 32, IOT_LOCK_CONTENTION, 0, 0, 0, 0, 0, ret, 0,
 			    now - st->lock_ts, 0, now);
 		st->lock_ts = 0;
+		st->lock_end_busy = 0;
 		return 0;
 	}
 	e = reserve_event();
+	st->lock_end_busy = 0;
 	if (!e) {
 		st->lock_ts = 0;
 		return 0;

@@ -277,6 +277,9 @@ enum iot_counter {
 	IOT_CNT_OWN_LOCK_WAITS, /* waits of the job's threads for the lock of one of
 				   iotrace's own ring buffers (not recorded: the
 				   tracer's cost, not the job's) */
+	IOT_CNT_LOCK_END_NESTED, /* of those, waits inside iot_lock_end's own record
+				    of another wait: their end is a run of iot_lock_end
+				    the kernel skips (counted as its miss), not a loss */
 	IOT_CNT_MAX
 };
 

@@ -37,7 +37,7 @@ struct inflight {
 	__u64 lock_ts;
 	__u64 lock_addr;
 	__u32 lock_flags;
-	__u32 pad;
+	__u32 lock_end_busy;	/* iot_lock_end is writing a wait of this thread */
 	/* bytes this thread added to the page cache for the call's file during
 	 * the call: what a read had to fetch from storage (demand and readahead) */
 	__u64 cache_added;

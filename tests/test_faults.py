@@ -208,6 +208,23 @@ def test_threads_on_every_cpu_write_records_at_once(tmp_path, cbin, data):
     assert took < 120, took
 
 
+def test_summary_says_tracer_lock_waits_are_not_losses(tmp_path):
+    """counters.own_lock_waits is iotrace's cost: the summary says so on a
+    line of its own, not among what was lost or cut."""
+    from synth import ev, synth_trace
+    synth_trace(tmp_path / "t", [ev("pread64", ts=0, dur=1000, off=0, req=1, ret=1,
+                                    file_id=0)],
+                files=[(0, "/data/a.bin")],
+                meta={"counters": {"own_lock_waits": 7_972_351, "probe_misses": 3}})
+    out = iotrace_cmd("summary", str(tmp_path / "t"))
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert ("the job's threads waited 7,972,351 times for the lock of iotrace's own ring "
+            "buffer") in text
+    cut = [line for line in out.stdout.splitlines() if "not resolved or cut" in line]
+    assert len(cut) == 1 and "probe misses 3" in cut[0] and "own lock" not in cut[0]
+
+
 # ---- kill -9 of iotrace or of the recorder, at random moments ---------------------
 
 TICKS = 300           # ticker.py: 300 chunks, 10 ms apart (3.5 s or so traced)

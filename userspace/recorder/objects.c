@@ -502,7 +502,7 @@ unsigned long long block_unfinished(const struct optional_objects *o,
 
 /* One object's programs that the kernel skipped at least once. */
 static size_t misses_append(struct bpf_object *obj, char *buf, size_t len, size_t off,
-			    unsigned long long *total)
+			    unsigned long long *total, unsigned long long lock_end_nested)
 {
 	struct bpf_program *prog;
 
@@ -513,7 +513,12 @@ static size_t misses_append(struct bpf_object *obj, char *buf, size_t len, size_
 		__u32 ilen = sizeof(info);
 		int fd = bpf_program__fd(prog);
 
-		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &ilen) || !info.recursion_misses)
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &ilen))
+			continue;
+		if (!strcmp(bpf_program__name(prog), "iot_lock_end"))
+			info.recursion_misses -= lock_end_nested < info.recursion_misses ?
+						 lock_end_nested : info.recursion_misses;
+		if (!info.recursion_misses)
 			continue;
 		*total += info.recursion_misses;
 		if (off < len)
@@ -525,17 +530,18 @@ static size_t misses_append(struct bpf_object *obj, char *buf, size_t len, size_
 }
 
 void probe_misses_json(struct bpf_object *core, const struct optional_objects *o,
-		       char *buf, size_t len, unsigned long long *total)
+		       unsigned long long lock_end_nested, char *buf, size_t len,
+		       unsigned long long *total)
 {
 	size_t off = (size_t)snprintf(buf, len, "{");
 
 	*total = 0;
-	off = misses_append(core, buf, len, off, total);
-	off = misses_append(o->block ? o->block->obj : NULL, buf, len, off, total);
-	off = misses_append(o->aio ? o->aio->obj : NULL, buf, len, off, total);
-	off = misses_append(o->netfs ? o->netfs->obj : NULL, buf, len, off, total);
-	off = misses_append(o->rdma ? o->rdma->obj : NULL, buf, len, off, total);
-	off = misses_append(o->verbs ? o->verbs->obj : NULL, buf, len, off, total);
+	off = misses_append(core, buf, len, off, total, lock_end_nested);
+	off = misses_append(o->block ? o->block->obj : NULL, buf, len, off, total, 0);
+	off = misses_append(o->aio ? o->aio->obj : NULL, buf, len, off, total, 0);
+	off = misses_append(o->netfs ? o->netfs->obj : NULL, buf, len, off, total, 0);
+	off = misses_append(o->rdma ? o->rdma->obj : NULL, buf, len, off, total, 0);
+	off = misses_append(o->verbs ? o->verbs->obj : NULL, buf, len, off, total, 0);
 	if (off < len)
 		snprintf(buf + off, len - off, "}");
 	else

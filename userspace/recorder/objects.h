@@ -51,9 +51,12 @@ unsigned long long block_unfinished(const struct optional_objects *o,
 /* Runs of the loaded programs that the kernel skipped because the same
  * program was already running on that CPU (an interrupt's completion inside
  * another's, for instance): a JSON object of program name -> count, and the
- * total. Their records are lost. */
+ * total. Their records are lost. Less LOCK_END_NESTED of iot_lock_end's: the
+ * ends of waits for iotrace's own ring inside its own lock record, which are
+ * the tracer's, not lost (IOT_CNT_LOCK_END_NESTED). */
 void probe_misses_json(struct bpf_object *core, const struct optional_objects *o,
-		       char *buf, size_t len, unsigned long long *total);
+		       unsigned long long lock_end_nested, char *buf, size_t len,
+		       unsigned long long *total);
 void destroy_optional_objects(struct optional_objects *o);
 
 #endif

@@ -1334,7 +1334,8 @@ open_core:
 	drops_by_op_json(skel, drops_json, sizeof(drops_json));
 	static char misses_json[4096];
 	unsigned long long misses;
-	probe_misses_json(skel->obj, &extra, misses_json, sizeof(misses_json), &misses);
+	probe_misses_json(skel->obj, &extra, counter_sum(skel, IOT_CNT_LOCK_END_NESTED),
+			  misses_json, sizeof(misses_json), &misses);
 	status("{\"type\":\"end\",\"reason\":\"%s\",\"elapsed_ns\":%llu,\"events\":%llu,"
 	       "\"cpu_s\":%.3f,"
 	       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
