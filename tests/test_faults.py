@@ -187,25 +187,45 @@ def test_ring_overflow_drops_exact_and_when(tmp_path, cbin, data):
 
 
 def test_threads_on_every_cpu_write_records_at_once(tmp_path, cbin, data):
-    """Twice as many threads as CPUs, each making 50,000 preadv calls: they
-    contend for the ring buffer's lock. A record written from the lock's own
-    contention tracepoint took that lock again on the same CPU (on 16 CPUs an
-    8-thread loop all but stopped: a quarter-second timeout per wait, records
-    dropped). Every call is in the trace, none dropped, no program skipped;
-    the tracer's own waits are counted, not recorded as the job's."""
-    threads = max(4, 2 * (os.cpu_count() or 2))
+    """16 threads (or twice as many as CPUs), each making 150,000 preadv
+    calls: 2.4 M records, more than the 64 MiB ring holds, from threads that
+    keep every CPU busy and contend for the ring's lock.
+    - A record written from the lock's own contention tracepoint took that
+      lock again on the same CPU (on 16 CPUs an 8-thread loop all but stopped:
+      a quarter-second timeout per wait, records dropped).
+    - A recorder at the job's priority got a 17th of the 2 CPUs here and
+      dropped 37,000-167,000 records; it runs at nice -10, the job at its own.
+    Every call is in the trace, none dropped, no program skipped; the
+    tracer's own lock waits are counted, not recorded as the job's."""
+    threads = max(16, 2 * (os.cpu_count() or 2))
     t0 = time.monotonic()
     proc, trace = trace_run(tmp_path / "t", str(cbin / "storm"), str(data), "0",
-                            str(threads), "50000")
+                            str(threads), "150000")
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["procs", "0", "threads", str(threads),
-                                   "preads", str(threads * 50_000)]
+                                   "preads", str(threads * 150_000)]
     m = trace.meta
+    assert m["probes"]["recorder_nice"] == -10
     assert m["drops"] == 0 and m["counters"]["probe_misses"] == 0, m["counters"]
-    assert preadvs_of(trace, data) == threads * 50_000
+    assert preadvs_of(trace, data) == threads * 150_000
     assert "own_lock_waits" in m["counters"]
-    assert took < 120, took
+    assert took < 180, took
+
+
+def test_job_keeps_its_nice_value(tmp_path):
+    """The recorder raises its own priority, not the job's: a job started
+    under `nice -n 5 iotrace run` runs at 5, and at 0 without it."""
+    code = "import os; print(os.nice(0))"
+    for prefix, want in (([], 0), (["nice", "-n", "5"], 5)):
+        out = tmp_path / f"t{want}"
+        res = subprocess.run([*prefix, *IOTRACE, "run", "-q", "--no-node-summary", "-o",
+                              str(out), "--", PY, "-c", code],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == [str(want)]
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["probes"]["recorder_nice"] == -10
 
 
 def test_summary_says_tracer_lock_waits_are_not_losses(tmp_path):
@@ -223,6 +243,25 @@ def test_summary_says_tracer_lock_waits_are_not_losses(tmp_path):
             "buffer") in text
     cut = [line for line in out.stdout.splitlines() if "not resolved or cut" in line]
     assert len(cut) == 1 and "probe misses 3" in cut[0] and "own lock" not in cut[0]
+
+
+def test_summary_says_recorder_could_not_raise_priority(tmp_path):
+    """Records dropped while the recorder ran at the job's priority (no
+    CAP_SYS_NICE): the drops line says what to grant; at -10 it does not."""
+    from synth import ev, synth_trace
+    for nice in (0, -10):
+        synth_trace(tmp_path / f"t{nice}", [ev("pread64", ts=0, dur=1000, off=0, req=1, ret=1,
+                                               file_id=0)],
+                    files=[(0, "/data/a.bin")],
+                    meta={"drops": 500, "drop_intervals": [[0, 500_000_000, 500]],
+                          "start_monotonic_ns": 0, "duration_ns": 2_000_000_000,
+                          "probes": {"recorder_nice": nice}})
+        out = iotrace_cmd("summary", str(tmp_path / f"t{nice}"))
+        assert out.returncode == 0, out.stderr
+        text = " ".join(out.stdout.split())
+        assert "records dropped (ring buffer full)" in text
+        assert ("the recorder ran at nice 0, not -10: grant it CAP_SYS_NICE" in text) == \
+            (nice == 0), text
 
 
 # ---- kill -9 of iotrace or of the recorder, at random moments ---------------------

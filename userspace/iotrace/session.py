@@ -157,7 +157,9 @@ class Session:
                                "syscall_hooks_why": self.ready.get("syscall_hooks_why") or None,
                                # how kernel structures are read: direct loads or helper calls
                                "kernel_reads": self.ready.get("kernel_reads"),
-                               "kernel_reads_why": self.ready.get("kernel_reads_why") or None}
+                               "kernel_reads_why": self.ready.get("kernel_reads_why") or None,
+                               # the drain's priority (the job keeps its own)
+                               "recorder_nice": self.ready.get("recorder_nice")}
         self.meta["root_pid"] = self.ready["pid"]
         ts = self.ready["monotonic_ns"]
         if self.run_mode:

@@ -153,9 +153,13 @@ def print_summary(t: Trace, console: Console) -> None:
     if s.drops and meta.get("drop_intervals"):
         secs, _ = drop_time(meta, 0, 1 << 62)
         span = s.duration_s or 1e-9
+        nice = meta.get("probes", {}).get("recorder_nice")
+        # a recorder that could not raise its priority competes with a busy job
+        starved = (f"; the recorder ran at nice {nice}, not -10: grant it CAP_SYS_NICE"
+                   if nice is not None and nice > -10 else "")
         console.print(f"  [red]records dropped[/red] (ring buffer full) in {secs:.1f} s of the "
                       f"{s.duration_s:.1f} s traced ({secs / span:.0%}): counts there are lower "
-                      "bounds; raise --ringbuf-mb")
+                      f"bounds; raise --ringbuf-mb{starved}")
     # page-cache bytes added outside reads and faults are not a loss: shown
     # below; nor are calls in progress at the start or the end (in the trace;
     # the longest of the end's shown here)
