@@ -99,6 +99,8 @@ def test_disk_full_job_output_untouched_trace_incomplete(tmp_path):
         line = one_line(res.stderr)
         assert "the disk is full; the job ran on" in line and str(mnt / "t") in line
         meta = json.loads((mnt / "t" / "meta.json").read_text())
+        # the space held from the start for this write was given back
+        assert not (mnt / "t" / ".spool" / "reserve.space").exists()
         assert meta["state"] == "incomplete"
         assert meta["error"] == "stopped tracing early: the disk is full"
         assert meta["exit_status"] == {"code": 7, "signal": None}

@@ -55,6 +55,12 @@ def recorder_path() -> str:
     raise IotraceError("the recorder binary is missing: build it with `make`", EXIT_ENV)
 
 
+# Held in the spool from the start (Session._reserve_space), freed before the
+# final tables and meta.json are written.
+RESERVE_NAME = "reserve.space"
+RESERVE_BYTES = 4 << 20
+
+
 @dataclass
 class Progress:
     elapsed_s: float = 0.0
@@ -83,6 +89,7 @@ class Session:
     def __post_init__(self) -> None:
         self.spool = self.out / ".spool"
         self.spool.mkdir(parents=True, exist_ok=True)
+        self._reserve_space()
         self.model = Model()
         self.writer = TraceWriter(self.out, self.meta, self.owner)
         self.ready: Optional[dict] = None
@@ -393,8 +400,28 @@ class Session:
                 return os.strerror(e.get("errno", 0))
         return None
 
+    def _reserve_space(self) -> None:
+        """Space held on the trace's disk for the final tables and meta.json: a
+        disk that fills up while tracing (the job's own files, or the trace)
+        still takes an honest meta.json. Freed by finish(); skipped on a disk
+        that has not even that much."""
+        try:
+            fd = os.open(self.spool / RESERVE_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            return
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError:
+            os.unlink(self.spool / RESERVE_NAME)
+        finally:
+            os.close(fd)
+
     def finish(self) -> dict:
         """Converts what is left and writes the final tables and meta.json."""
+        try:
+            (self.spool / RESERVE_NAME).unlink()
+        except OSError:
+            pass
         self._convert_ready()
         if self.stop_error():
             # What is left in the spool cannot be converted: free its space so
