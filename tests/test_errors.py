@@ -191,6 +191,7 @@ def test_doctor_lists_every_probe():
     for probe in ("privileges", "kernel", "BTF", "syscalls (sys_enter)", "process fork",
                   "process exit", "tracing works"):
         assert probe in res.stdout
+    assert "ok   recorder priority: nice -10 (CAP_SYS_NICE)" in res.stdout   # root has it
 
 
 def test_output_patterns_expand_or_fail_clearly(tmp_path):

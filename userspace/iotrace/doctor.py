@@ -9,7 +9,7 @@ import subprocess
 from rich.console import Console
 
 from .errors import EXIT_ENV
-from .privileges import can_trace
+from .privileges import CAP_SYS_NICE, can_trace, effective_caps
 from .session import recorder_path
 
 MIN_KERNEL = (5, 11)  # ring buffer (5.8), tp_btf + task storage in tracing programs (5.11)
@@ -46,6 +46,11 @@ def run_doctor(console: Console) -> int:
     priv = can_trace()
     line(priv, "privileges", "root or CAP_BPF+CAP_PERFMON" if priv else
          "not root: run `sudo iotrace doctor` (tracing needs root or CAP_BPF+CAP_PERFMON)")
+    nice = bool(effective_caps() >> CAP_SYS_NICE & 1)
+    line(nice, "recorder priority", "nice -10 (CAP_SYS_NICE): a job that keeps every CPU busy "
+         "does not starve the drain" if nice else "no CAP_SYS_NICE: the recorder drains at the "
+         "job's priority and may drop records when the job keeps every CPU busy",
+         required=False)
     kv = kernel_version()
     line(kv >= MIN_KERNEL, "kernel", f"{platform.release()} "
          + ("" if kv >= MIN_KERNEL else f"(needs >= {MIN_KERNEL[0]}.{MIN_KERNEL[1]})"))

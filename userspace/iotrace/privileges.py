@@ -6,7 +6,7 @@ import pwd
 from dataclasses import dataclass
 from typing import Optional
 
-CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+CAP_SYS_NICE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 23, 21, 38, 39
 
 
 def effective_caps() -> int:
