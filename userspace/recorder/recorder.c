@@ -470,15 +470,6 @@ static pid_t spawn_job(int go[2], int err[2])
 #define CAP_BPF 39
 #endif
 
-/* Once the probes are loaded and attached and the job is started, the
- * recorder keeps only what the rest of the run needs: CAP_BPF and
- * CAP_PERFMON (TLS uprobes attached as processes map the libraries, map
- * updates on kernels that check them), CAP_SYS_PTRACE and
- * CAP_DAC_READ_SEARCH (another user's /proc/PID/maps and the libraries
- * through /proc/PID/root), CAP_KILL (signals to a job that runs as the
- * invoking user). Everything else (CAP_SYS_ADMIN, CAP_SETUID, CAP_DAC_OVERRIDE,
- * ...) leaves the permitted set for good: the recorder never execs. Its spool
- * directory is its own (made by iotrace as the same user). */
 /* The recorder's own priority, set after the job was forked (so the job keeps
  * the nice value it was started with) and before the capabilities go (raising
  * it needs CAP_SYS_NICE). When the job keeps every CPU busy, a drain at the
@@ -493,6 +484,15 @@ static int recorder_priority(int want)
 	return getpriority(PRIO_PROCESS, 0);
 }
 
+/* Once the probes are loaded and attached and the job is started, the
+ * recorder keeps only what the rest of the run needs: CAP_BPF and
+ * CAP_PERFMON (TLS uprobes attached as processes map the libraries, map
+ * updates on kernels that check them), CAP_SYS_PTRACE and
+ * CAP_DAC_READ_SEARCH (another user's /proc/PID/maps and the libraries
+ * through /proc/PID/root), CAP_KILL (signals to a job that runs as the
+ * invoking user). Everything else (CAP_SYS_ADMIN, CAP_SETUID, CAP_DAC_OVERRIDE,
+ * ...) leaves the permitted set for good: the recorder never execs. Its spool
+ * directory is its own (made by iotrace as the same user). */
 static void drop_capabilities(void)
 {
 	static const int keep[] = { CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE,
