@@ -23,6 +23,7 @@ import pyarrow
 from rich.console import Console
 
 from . import __version__
+from .lean import without_pandas
 from .errors import EXIT_ENV, EXIT_NOT_FOUND, EXIT_TRACE, EXIT_USAGE, IotraceError
 from .outpath import expand as expand_out
 from .privileges import can_trace, chown_tree, invoking_user, job_env
@@ -220,7 +221,8 @@ def mapped_verbs_library(pid: int) -> Optional[str]:
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Trace the file I/O of a training job and all its workers with eBPF.
 
     \b
@@ -234,6 +236,8 @@ def cli() -> None:
     threads) and meta.json; read it with iotrace.open_trace(DIR) in Python
     or any Parquet tool. See docs/trace-format.md.
     """
+    if ctx.invoked_subcommand != "report":     # report: once its engine is known
+        without_pandas()
 
 
 def targets_from(target_read, target_write, gpus, per_gpu):
@@ -742,6 +746,8 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
     targets = targets_from(target_read, target_write, gpus, per_gpu)
     if spark_master != "local[*]" and engine != "spark":
         fail("--spark-master is for --engine spark")
+    if engine != "spark":
+        without_pandas()
     sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose,
                          Engine(engine, spark_master), from_events))
 
