@@ -80,6 +80,7 @@ class Context:
     loop_tids: tuple[int, ...] = ()            # the training loop threads, once known
     checkpoints: list = field(default_factory=list)  # write bursts (checkpoint_burst.bursts)
     made: set = field(default_factory=set)     # shared tables made (views.shared_table)
+    memo: dict = field(default_factory=dict)   # measures more than one rule asks for
 
     @property
     def duration_s(self) -> float:
