@@ -12,7 +12,6 @@ stated bound) plus the pair's own read error.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import time
 from typing import Optional
 
@@ -59,7 +58,9 @@ def sync_state() -> Optional[dict]:
     only): whether NTP/PTP keeps it synchronised and the error bounds it
     states. None where the call is not available."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the process's own symbols (libc's among them): find_library("c")
+        # would run `ldconfig -p` in a subprocess at the end of every trace
+        libc = ctypes.CDLL(None, use_errno=True)
         tx = _Timex()
         state = libc.adjtimex(ctypes.byref(tx))
     except (OSError, AttributeError):
