@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from typing import Optional
+from typing import Callable, Optional
 
 from iotrace.errors import EXIT_USAGE, IotraceError
 
@@ -58,21 +58,27 @@ class Report:
 
 def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
                  only: Optional[list[str]] = None,
-                 window_s: Optional[tuple[float, float]] = None) -> Report:
+                 window_s: Optional[tuple[float, float]] = None,
+                 progress: Optional[Callable[[str], None]] = None) -> Report:
     """window_s: (start, end) seconds from the trace's first event, to
-    override the detected training window."""
+    override the detected training window. progress: called with what the
+    report does next (the events, the loop's waits, each rule, the verdict),
+    for a status line on long reports (a 100 M-event trace takes minutes)."""
     rules = all_rules()
     thresholds = load_thresholds(rules + [VERDICT], thresholds_path)
+    say = progress or (lambda what: None)
     con = trace.con
+    say("reading the events")
     cached = create_views(con)
     try:
-        return _build(trace, targets, rules, thresholds, only, window_s)
+        return _build(trace, targets, rules, thresholds, only, window_s, say)
     finally:
         uncache_events(con, cached)
 
 
 def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
-           only: Optional[list[str]], window_s: Optional[tuple[float, float]]) -> Report:
+           only: Optional[list[str]], window_s: Optional[tuple[float, float]],
+           say: Callable[[str], None]) -> Report:
     con = trace.con
     t0, t1 = con.execute("select min(ts_ns), max(ts_ns + dur_ns) from events "
                          "where op != 'offcpu'").fetchone()
@@ -86,20 +92,22 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
                                EXIT_USAGE)
         window = (ctx.t0_ns + int(window_s[0] * 1e9),
                   min(ctx.t0_ns + int(window_s[1] * 1e9), ctx.t1_ns))
+    say("the training loop's waits")
     waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window)
     ctx.window = waits.window
     ctx.loop_tids = tuple(lp.tid for lp in waits.loops)
     findings: list[Finding] = []
     errors: list[dict] = []
     ran = []
-    for rule in rules:
-        if only and rule.id not in only:
-            continue
+    todo = [r for r in rules if not only or r.id in only]
+    for i, rule in enumerate(todo, 1):
+        say(f"rule {i} of {len(todo)}: {rule.id}")
         try:
             findings.extend(rule.run(ctx))
             ran.append(rule.id)
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others
             errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}"})
+    say("the verdict")
     verdict = make_verdict(ctx, waits)
     verdict["t0_ns"] = ctx.t0_ns
     apply_impact(ctx, waits, findings)

@@ -262,3 +262,17 @@ def test_run_leaves_pandas_out(tmp_path):
     # (a refused import is listed too, as "pandas", but none of its modules)
     assert not [m for m in imported if m.startswith("pandas.")]
     assert (tmp_path / "t" / "events.parquet").exists() or (tmp_path / "t" / "events").exists()
+
+
+def test_report_says_each_step_it_takes(tmp_path):
+    """A long report (minutes on 100 M events) can show where it is: the
+    events, the loop's waits, every rule in order, the verdict."""
+    from iotrace.analyzers.registry import all_rules
+    t = steady_reader(tmp_path, mib_per_s=100, seconds=3)
+    steps: list[str] = []
+    r = build_report(t, Targets(read_bps=1024 * MiB), progress=steps.append)
+    rules = [rule.id for rule in all_rules()]
+    assert steps == (["reading the events", "the training loop's waits"] +
+                     [f"rule {i} of {len(rules)}: {rid}" for i, rid in enumerate(rules, 1)] +
+                     ["the verdict"])
+    assert r.rules_run == rules

@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -321,6 +322,20 @@ def _fail_on_status(worst, fail_on) -> int:
     return 1 if fail_on and worst and severity_rank(worst) >= severity_rank(fail_on) else 0
 
 
+@contextmanager
+def report_status(trace_dir):
+    """On a terminal, a status line while the report is built: what it does
+    now and since when (a 100 M-event trace takes minutes). Gone once the
+    report is printed; nothing where stderr is not a terminal."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    t0 = time.monotonic()
+    with err_console.status(f"[dim]iotrace report {trace_dir}: starting[/dim]") as st:
+        yield lambda what: st.update(f"[dim]iotrace report {trace_dir}: {what} "
+                                     f"({time.monotonic() - t0:.0f} s)[/dim]")
+
+
 def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
                 verbose=False, engine: Engine = DUCKDB, from_events=False) -> int:
     """Builds and writes the report; returns the --fail-on exit status."""
@@ -339,7 +354,9 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
                  "whole run; md, html and --window need a full trace")
         report = build_profile_report(trace, targets, config)
     else:
-        report = build_report(trace, targets, config, window_s=parse_window(window))
+        with report_status(trace_dir) as step:
+            report = build_report(trace, targets, config, window_s=parse_window(window),
+                                  progress=step)
     if fmt == "text":
         from .viewers.text import render_text
         render_text(report, _report_console(output, 100), verbose=verbose)
