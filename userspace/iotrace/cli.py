@@ -138,9 +138,14 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user,
     if node_report and not session.profile and not session.stop_error() \
             and not session.final_write_error:
         from .nodesummary import write_node_summary
-        if not quiet and sys.stderr.isatty():
-            err_console.print("[dim]writing the node summary (summary/)...[/dim]")
-        err = write_node_summary(session.out)
+        if not quiet and err_console.is_terminal:
+            t0 = time.monotonic()
+            with err_console.status("[dim]writing the node summary (summary/)[/dim]") as st:
+                err = write_node_summary(session.out, lambda what: st.update(
+                    f"[dim]writing the node summary (summary/): {what} "
+                    f"({time.monotonic() - t0:.0f} s)[/dim]"))
+        else:
+            err = write_node_summary(session.out)
         if err:
             say(f"no node summary in {session.out}/summary ({err}): `iotrace report` "
                 "reads the raw events instead")

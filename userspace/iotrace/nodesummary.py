@@ -71,25 +71,26 @@ def add_ranks(trace, d: dict) -> dict:
     return d
 
 
-def node_report_dict(trace) -> dict:
+def node_report_dict(trace, progress=None) -> dict:
     """The node's report with default targets, and its processes' ranks."""
     from .analyzers.base import Targets
     from .analyzers.report import build_report
-    d = add_ranks(trace, build_report(trace, Targets()).to_dict())
+    d = add_ranks(trace, build_report(trace, Targets(), progress=progress).to_dict())
     d["iotrace_version"] = __version__
     d["trace_schema_version"] = trace.meta.get("schema_version")
     return d
 
 
-def write_node_summary(out: Path) -> Optional[str]:
-    """Writes TRACE/summary/; returns why it could not, or None."""
+def write_node_summary(out: Path, progress=None) -> Optional[str]:
+    """Writes TRACE/summary/; returns why it could not, or None. progress:
+    as build_report's (what the report does next)."""
     try:
         trace = open_trace(out)
         d = out / SUMMARY_DIR
         d.mkdir(exist_ok=True)
         q = str(d / RATES).replace("'", "''")
         trace.con.execute(f"copy ({rates_sql()}) to '{q}' (format parquet)")
-        rep = node_report_dict(trace)
+        rep = node_report_dict(trace, progress)
         (d / NODE_REPORT).write_text(json.dumps(rep))
         return None
     except Exception as e:  # noqa: BLE001 - the trace itself is written; say what is missing
