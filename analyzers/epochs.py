@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .intervals import sorted_unique
+
 MIN_EPOCH_FILES = 0.9
 
 
@@ -21,7 +23,7 @@ def find_epochs(con, lo: int, hi: int) -> list[tuple[int, int]]:
           and ts_ns < {hi}
         order by ts_ns""").fetchnumpy()
     ts, fid = np.asarray(rows["ts_ns"]), np.asarray(rows["file_id"])
-    n = len(np.unique(fid))
+    n = len(sorted_unique(fid))
     if n < 2:
         return []
     starts, sizes, seen = [int(ts[0])], [], set()

@@ -11,6 +11,14 @@ import numpy as np
 EMPTY = np.zeros((0, 2), dtype=np.int64)
 
 
+def sorted_unique(x: np.ndarray) -> np.ndarray:
+    """np.unique of a numeric array, by a sort: numpy 2.4's np.unique hashes
+    instead, and took 2.3 s for 4 M int64 values here against 0.03 s so (a
+    report on a 1 M-call trace spent 1.4 s in it)."""
+    x = np.sort(np.asarray(x).ravel())
+    return x[np.concatenate(([True], x[1:] != x[:-1]))] if len(x) else x
+
+
 def as_iv(starts, ends) -> np.ndarray:
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
@@ -45,7 +53,7 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Intersection of two disjoint sorted sets."""
     if len(a) == 0 or len(b) == 0:
         return EMPTY.copy()
-    pts = np.unique(np.concatenate([a.ravel(), b.ravel()]))
+    pts = sorted_unique(np.concatenate([a.ravel(), b.ravel()]))
     mid = (pts[:-1] + pts[1:]) // 2
     inside = covered(a, mid) & covered(b, mid)
     return union(np.stack([pts[:-1][inside], pts[1:][inside]], axis=1))
@@ -55,7 +63,7 @@ def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a minus b (both disjoint and sorted)."""
     if len(a) == 0 or len(b) == 0:
         return a
-    pts = np.unique(np.concatenate([a.ravel(), b.ravel()]))
+    pts = sorted_unique(np.concatenate([a.ravel(), b.ravel()]))
     mid = (pts[:-1] + pts[1:]) // 2
     inside = covered(a, mid) & ~covered(b, mid)
     return union(np.stack([pts[:-1][inside], pts[1:][inside]], axis=1))

@@ -440,7 +440,7 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
             mid = (w[:, 0] + w[:, 1]) // 2
             i = np.searchsorted(calls[:, 0], mid, side="right") - 1
             ok = (i >= 0) & (mid < calls[np.maximum(i, 0), 1])
-            pieces.append(calls[np.unique(i[ok])])
+            pieces.append(calls[ivl.sorted_unique(i[ok])])
     gap = int(th["merge_gap_ms"] * 1e6)
     core = ivl.union(np.concatenate([p for p in pieces if len(p)]), gap) \
         if any(len(p) for p in pieces) else ivl.EMPTY
@@ -483,7 +483,7 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
     layers = [blocked, contention, ivl.as_iv(c["ts_ns"][xfer], c["end_ns"][xfer]),
               fetching, runnable]
     layers = [ivl.clip(x, lo, hi) for x in layers]
-    bounds = np.unique(np.concatenate([eps.ravel()] + [x.ravel() for x in layers]))
+    bounds = ivl.sorted_unique(np.concatenate([eps.ravel()] + [x.ravel() for x in layers]))
     label = ivl.paint(bounds, layers)
     s, e = bounds[:-1], bounds[1:]
     inside = ivl.covered(eps, s)
@@ -562,7 +562,7 @@ def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
         per[:, other] += blk_ep
         return per, cost
     tids, s, e, lab, cts = (np.concatenate(x) for x in zip(*segs))
-    g = np.unique(np.concatenate([s, e, l_blk.ravel()]))
+    g = ivl.sorted_unique(np.concatenate([s, e, l_blk.ravel()]))
     if len(g) < 2:
         per[:, other] += blk_ep
         return per, cost

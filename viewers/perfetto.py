@@ -82,6 +82,7 @@ import numpy as np
 import pyarrow as pa
 
 from iotrace import abi
+from iotrace.analyzers.intervals import sorted_unique
 from iotrace.abi import ASYNC_READ_OPS, ASYNC_WRITE_OPS, LIFE_OPS, SYNC_OPS, sql_list
 from iotrace.storage_io import device_name
 
@@ -710,9 +711,9 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             ends_ = np.r_[starts[1:], b - a]
             for s, e in zip(starts, ends_):
                 j = int(tr[s])
-                ni = np.unique(rows["name"][a + s:a + e])
-                si = np.unique(np.concatenate([rows["path"][a + s:a + e],
-                                               rows["errstr"][a + s:a + e]]))
+                ni = sorted_unique(rows["name"][a + s:a + e])
+                si = sorted_unique(np.concatenate([rows["path"][a + s:a + e],
+                                                   rows["errstr"][a + s:a + e]]))
                 si = si[si > 0]
                 body = b"".join(name_cache.get(int(i)) or name_cache.setdefault(
                     int(i), _fb(F.ID_EVENT_NAMES, _fv(1, int(i)) + _fb(2, name_of(int(i)))))
