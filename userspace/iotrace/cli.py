@@ -138,14 +138,8 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user,
     if node_report and not session.profile and not session.stop_error() \
             and not session.final_write_error:
         from .nodesummary import write_node_summary
-        if not quiet and err_console.is_terminal:
-            t0 = time.monotonic()
-            with err_console.status("[dim]writing the node summary (summary/)[/dim]") as st:
-                err = write_node_summary(session.out, lambda what: st.update(
-                    f"[dim]writing the node summary (summary/): {what} "
-                    f"({time.monotonic() - t0:.0f} s)[/dim]"))
-        else:
-            err = write_node_summary(session.out)
+        with step_status("writing the node summary (summary/)", show=not quiet) as step:
+            err = write_node_summary(session.out, step)
         if err:
             say(f"no node summary in {session.out}/summary ({err}): `iotrace report` "
                 "reads the raw events instead")
@@ -328,16 +322,17 @@ def _fail_on_status(worst, fail_on) -> int:
 
 
 @contextmanager
-def report_status(trace_dir):
-    """On a terminal, a status line while the report is built: what it does
-    now and since when (a 100 M-event trace takes minutes). Gone once the
-    report is printed; nothing where stderr is not a terminal."""
-    if not err_console.is_terminal:
+def step_status(label: str, show: bool = True):
+    """On a terminal, a status line while long work runs (a report: minutes
+    on 100 M events): yields a function that takes what it does now, shown
+    with the seconds since it began. Gone once the work ends; None where
+    stderr is not a terminal or show is false."""
+    if not show or not err_console.is_terminal:
         yield None
         return
     t0 = time.monotonic()
-    with err_console.status(f"[dim]iotrace report {trace_dir}: starting[/dim]") as st:
-        yield lambda what: st.update(f"[dim]iotrace report {trace_dir}: {what} "
+    with err_console.status(f"[dim]{label}[/dim]") as st:
+        yield lambda what: st.update(f"[dim]{label}: {what} "
                                      f"({time.monotonic() - t0:.0f} s)[/dim]")
 
 
@@ -359,7 +354,7 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
                  "whole run; md, html and --window need a full trace")
         report = build_profile_report(trace, targets, config)
     else:
-        with report_status(trace_dir) as step:
+        with step_status(f"iotrace report {trace_dir}") as step:
             report = build_report(trace, targets, config, window_s=parse_window(window),
                                   progress=step)
     if fmt == "text":
