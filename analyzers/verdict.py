@@ -33,13 +33,23 @@ def window_rates(ctx: Context, lo: int, hi: int) -> dict:
     (its first to its last call on a dataset file: opens, advice and cache
     invalidation count, as a benchmark's own runtime counts them), and totals.
     Measured once per window: below-target quotes the same figures."""
+    return dict(_measured(ctx, lo, hi)[0])
+
+
+def window_read_span(ctx: Context, lo: int, hi: int) -> tuple[int, int]:
+    """(start, end) ns of the span window_rates divides the dataset's bytes
+    by (lo, hi when the dataset was not accessed in the window)."""
+    return _measured(ctx, lo, hi)[1]
+
+
+def _measured(ctx: Context, lo: int, hi: int) -> tuple[dict, tuple[int, int]]:
     key = ("window_rates", lo, hi)
     if key not in ctx.memo:
         ctx.memo[key] = _window_rates(ctx, lo, hi)
-    return dict(ctx.memo[key])
+    return ctx.memo[key]
 
 
-def _window_rates(ctx: Context, lo: int, hi: int) -> dict:
+def _window_rates(ctx: Context, lo: int, hi: int) -> tuple[dict, tuple[int, int]]:
     rd, wr = ctx.one(f"""
         select coalesce(sum(nbytes) filter (where dir = 'read'), 0),
                coalesce(sum(nbytes) filter (where dir = 'write'), 0)
@@ -48,9 +58,11 @@ def _window_rates(ctx: Context, lo: int, hi: int) -> dict:
         select min(ts_ns), max(ts_ns + dur_ns) from events
         where file_id in (select file_id from data_files) and op != 'offcpu'
           and ts_ns >= {lo} and ts_ns < {hi}""")
-    span = max(((min(last, hi) - max(first, lo)) if first is not None else 0) / 1e9, 1e-9)
-    return {"bytes_read": int(rd), "bytes_written": int(wr),
-            "read_bytes_per_s": rd / span if rd else 0.0, "reading_span_s": span if rd else 0.0}
+    start, end = (max(first, lo), min(last, hi)) if first is not None else (lo, hi)
+    span = max(((end - start) if first is not None else 0) / 1e9, 1e-9)
+    return ({"bytes_read": int(rd), "bytes_written": int(wr),
+             "read_bytes_per_s": rd / span if rd else 0.0, "reading_span_s": span if rd else 0.0},
+            (int(start), int(end)))
 
 
 def make_verdict(ctx: Context, w: Waits) -> dict:

@@ -276,3 +276,27 @@ def test_report_says_each_step_it_takes(tmp_path):
                      [f"rule {i} of {len(rules)}: {rid}" for i, rid in enumerate(rules, 1)] +
                      ["the verdict"])
     assert r.rules_run == rules
+
+
+def test_below_target_figures_cover_the_reads_it_judges(tmp_path):
+    """With a training window, every figure of the read finding is about the
+    dataset's reads in the window: a burst of fast reads of code at start-up
+    (2 GiB/s, above the target) is neither in its bins, its peak, its share of
+    time below target, nor its files."""
+    code = [ev("read", ts=i * 10**7, dur=5 * 10**6, off=i * 20 * MiB, req=20 * MiB,
+               ret=20 * MiB, file_id=1) for i in range(200)]            # 0-2 s, 2 GiB/s
+    data = [ev("pread64", ts=10**10 + i * 10**7, dur=5 * 10**6, off=i * MiB, req=MiB, ret=MiB,
+               file_id=0) for i in range(1000)]                         # 10-20 s, 100 MiB/s
+    t = synth_trace(tmp_path, code + data,
+                    files=[(0, "/data/big.bin"), (1, "/usr/lib/libbig.so")])
+    r = build_report(t, Targets(read_bps=1024 * MiB), window_s=(9.0, 21.0))
+    [f] = [x for x in r.findings if x.id == "below-target"]
+    e = f.evidence
+    assert e["measured_over"] == "window"
+    assert e["read_bytes_per_s"] == pytest.approx(100 * MiB, rel=0.02)
+    assert e["reading_span_s"] == pytest.approx(10.0, rel=0.01)
+    assert e["time_below_target_share"] == 1.0           # all reads' bins: 0.9
+    assert e["peak_read_bytes_per_s"] == pytest.approx(100 * MiB, rel=0.02)   # not 2 GiB/s
+    assert [x["path"] for x in f.files] == ["/data/big.bin"]
+    assert all(x["ts_ns"] >= 10**10 for x in f.examples)
+    assert e["all_reads_bytes_per_s"] == pytest.approx(5000 * MiB / 20, rel=0.02)
