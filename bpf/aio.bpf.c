@@ -258,7 +258,7 @@ int BPF_PROG(iot_uring_complete, void *ctx_, void *req_)
 	if (b) {
 		len &= IOT_PATH_MAX - 1;
 		e->str_len = len;
-		if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + len, 0))
+		if (ring_output(b, sizeof(b->ev) + len, 0))
 			count(IOT_CNT_DROPS);
 	} else {
 		bpf_ringbuf_submit(e, 0);

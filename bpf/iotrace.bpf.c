@@ -136,7 +136,9 @@ static __always_inline void slot_remove(__u32 tgid)
  * wakeup_bytes wait to be read. */
 static __always_inline __u64 rb_flags(void)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+	void *rb = cpu_ring();
+
+	return rb && bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
 		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
@@ -965,7 +967,7 @@ static __always_inline int emit_with_paths(struct task_struct *task, struct infl
 	}
 	total &= 2 * IOT_PATH_MAX - 1;
 	b->ev.str_len = total;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + total, rb_flags())) {
+	if (ring_output(b, sizeof(b->ev) + total, rb_flags())) {
 		count(IOT_CNT_DROPS);
 		drop_op(op);
 	}
@@ -1020,7 +1022,7 @@ static __always_inline bool emit_inet(struct inflight *st, __u16 op, __u64 now, 
 		return false;
 	b->ev.eflags |= flag;
 	b->ev.str_len = n;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)),
+	if (ring_output(b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)),
 			       rb_flags())) {
 		count(IOT_CNT_DROPS);
 		drop_op(op);
@@ -1433,10 +1435,13 @@ int iot_prof_flush(struct bpf_iter__task *ctx)
  * not the job's: counted (IOT_CNT_OWN_LOCK_WAITS), never recorded. */
 static __always_inline bool own_ring_lock(void *lock)
 {
-	struct bpf_ringbuf *ev = ((struct bpf_ringbuf_map *)&events)->rb;
+	/* the ring a reserve on this CPU takes: this CPU's */
+	struct bpf_ringbuf_map *m = cpu_ring();
 	struct bpf_ringbuf *pr = ((struct bpf_ringbuf_map *)&prof_ring)->rb;
 
-	return (__u64)lock == (__u64)&ev->spinlock || (__u64)lock == (__u64)&pr->spinlock;
+	if ((__u64)lock == (__u64)&pr->spinlock)
+		return true;
+	return m && (__u64)lock == (__u64)&m->rb->spinlock;
 }
 
 SEC("tp_btf/contention_begin")
@@ -1528,7 +1533,7 @@ static __always_inline void life_emit(struct big_event *b, __u32 len)
 {
 	len &= 2 * IOT_PATH_MAX - 1;
 	b->ev.str_len = len;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + len, BPF_RB_FORCE_WAKEUP))
+	if (ring_output(b, sizeof(b->ev) + len, BPF_RB_FORCE_WAKEUP))
 		count(IOT_CNT_DROPS);
 }
 

@@ -84,7 +84,8 @@ static __always_inline int remember(void *req)
 static __always_inline struct iot_event *start_event(struct pending *p, __u16 op,
 						     struct inode *inode, struct rpc_task *task)
 {
-	struct iot_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	void *rb = cpu_ring();
+	struct iot_event *e = rb ? bpf_ringbuf_reserve(rb, sizeof(*e), 0) : NULL;
 	__u64 now = bpf_ktime_get_ns();
 
 	if (!e) {
@@ -287,7 +288,7 @@ int BPF_PROG(iot_rpc_done, struct rpc_task *task, ktime_t backlog, ktime_t rtt,
 	}
 	len = (off + (n2 & 31)) & 63;
 	b->ev.str_len = len;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + len, 0))
+	if (ring_output(b, sizeof(b->ev) + len, 0))
 		count(IOT_CNT_DROPS);
 	return 0;
 }

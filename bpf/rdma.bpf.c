@@ -138,7 +138,7 @@ static __always_inline void submit(struct rdma_event *b)
 	__u32 zero = 0;
 	__u32 *depth;
 
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (b->ev.str_len & (PAYLOAD_MAX - 1)), 0))
+	if (ring_output(b, sizeof(b->ev) + (b->ev.str_len & (PAYLOAD_MAX - 1)), 0))
 		count(IOT_CNT_DROPS);
 	depth = bpf_map_lookup_elem(&rdma_depth, &zero);
 	if (depth && *depth)

@@ -135,7 +135,7 @@ int iot_tls_return(struct pt_regs *ctx)
 	}
 	bpf_map_delete_elem(&tls_inflight, &pid_tgid);
 	b->ev.str_len = n;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)), 0))
+	if (ring_output(b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)), 0))
 		count(IOT_CNT_DROPS);
 	return 0;
 }

@@ -143,7 +143,7 @@ int iot_verbs_return(struct pt_regs *ctx)
 	}
 	bpf_map_delete_elem(&verbs_inflight, &pid_tgid);
 	b->ev.str_len = len;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->ev) + len, 0))
+	if (ring_output(b, sizeof(b->ev) + len, 0))
 		count(IOT_CNT_DROPS);
 	return 0;
 }

@@ -165,6 +165,9 @@ class Session:
                                # how kernel structures are read: direct loads or helper calls
                                "kernel_reads": self.ready.get("kernel_reads"),
                                "kernel_reads_why": self.ready.get("kernel_reads_why") or None,
+                               # the record rings: one per CPU (CPUs share them past 8)
+                               "rings": self.ready.get("rings"),
+                               "ring_bytes": self.ready.get("ring_bytes"),
                                # the drain's priority (the job keeps its own)
                                "recorder_nice": self.ready.get("recorder_nice")}
         self.meta["root_pid"] = self.ready["pid"]

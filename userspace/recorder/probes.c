@@ -54,7 +54,7 @@ void skip_probes(struct probe *p, int n, const char *fmt, ...)
 
 int share_core_maps(struct bpf_object *obj, struct bpf_object *core)
 {
-	static const char *shared[] = { "traced", "events", "counters", "inflight", "job_files",
+	static const char *shared[] = { "traced", "rings", "counters", "inflight", "job_files",
 					"aio_reqs", "aio_calls" };
 
 	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {

@@ -47,6 +47,7 @@
 #include "ops.h"
 #include "profile.h"
 #include "hooks.h"
+#include "rings.h"
 #include "syscall_table.h"
 
 _Static_assert(sizeof(struct iot_event) == 96, "record ABI: struct iot_event is 96 bytes");
@@ -830,6 +831,9 @@ static void fill_syscall_table(struct iotrace_bpf *skel)
 			skel->rodata->sys_op[syscall_table[i].nr] = syscall_table[i].op;
 }
 
+/* The record rings: how many, of what size (rings.c). */
+static struct ring_plan ring_plan;
+
 /* The core object opened (not loaded): its syscall table and ring buffer
  * size set, each probe's program found. NULL, said, when it cannot open. */
 static struct iotrace_bpf *open_core(struct probe *probes, int ncore, bool direct)
@@ -841,11 +845,12 @@ static struct iotrace_bpf *open_core(struct probe *probes, int ncore, bool direc
 		return NULL;
 	}
 	fill_syscall_table(skel);
-	bpf_map__set_max_entries(skel->maps.events, (__u32)opt.ringbuf_mb << 20);
+	ring_plan = rings_plan(opt.ringbuf_mb, libbpf_num_possible_cpus());
+	bpf_map__set_max_entries(skel->maps.rings, (__u32)ring_plan.ncpu);
 	/* wake the reader once a quarter of a small ring is filled (a 1 MiB ring
 	 * never holds the default 1 MiB of records: it was read at timeouts only) */
-	if (opt.ringbuf_mb < 4)
-		skel->rodata->wakeup_bytes = (__u64)opt.ringbuf_mb << 18;
+	if (ring_plan.bytes < 4 << 20)
+		skel->rodata->wakeup_bytes = ring_plan.bytes / 4;
 	for (int i = 0; i < ncore; i++)
 		probes[i].bpf = bpf_object__find_program_by_name(skel->obj, probes[i].prog);
 	return skel;
@@ -1044,6 +1049,15 @@ open_core:
 		btf__free(vmlinux);
 		goto out;
 	}
+	int ring_err = rings_fill(&ring_plan, bpf_map__fd(skel->maps.rings));
+	if (ring_err) {
+		say("cannot make the ring buffers (%d of %u bytes): %s; a smaller "
+		    "--ringbuf-mb needs less locked memory", ring_plan.count, ring_plan.bytes,
+		    strerror(-ring_err));
+		status("{\"type\":\"error\",\"error\":\"load\",\"errno\":%d}", -ring_err);
+		btf__free(vmlinux);
+		goto out;
+	}
 	if (fentry) {
 		/* attached now, before the optional objects share the maps: a
 		 * kernel that loads fentry programs but will not attach them
@@ -1083,9 +1097,11 @@ open_core:
 	snprintf(hooks_json, sizeof(hooks_json),
 		 "\"syscall_hooks\":\"%s\",\"syscall_hooks_why\":\"%s\","
 		 "\"syscall_functions_absent\":\"%s\","
-		 "\"kernel_reads\":\"%s\",\"kernel_reads_why\":\"%s\"",
+		 "\"kernel_reads\":\"%s\",\"kernel_reads_why\":\"%s\","
+		 "\"rings\":%d,\"ring_bytes\":%u",
 		 fentry ? "fentry" : "tracepoint", fentry ? "" : hooks_why,
-		 fentry ? hooks_absent() : "", direct ? "direct" : "probe", direct ? "" : reads_why);
+		 fentry ? hooks_absent() : "", direct ? "direct" : "probe", direct ? "" : reads_why,
+		 ring_plan.count, ring_plan.bytes);
 
 	if (opt.check) {
 		status("{\"type\":\"check\",\"attached\":%s,\"skipped\":%s,%s}", attached, skipped,
@@ -1096,9 +1112,9 @@ open_core:
 		goto out;
 	}
 
-	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_record, NULL, NULL);
-	if (!rb || (opt.profile &&
-		    ring_buffer__add(rb, bpf_map__fd(skel->maps.prof_ring), on_prof_sums, NULL))) {
+	rb = rings_reader(on_record, opt.profile ? bpf_map__fd(skel->maps.prof_ring) : -1,
+			  on_prof_sums);
+	if (!rb) {
 		say("cannot create the ring buffer reader: %s", strerror(errno));
 		goto out;
 	}
@@ -1187,6 +1203,7 @@ open_core:
 	last_rotate = last_stats = last_follow = last_tls = t0;
 	rc = 0;
 	for (;;) {
+		__u64 began = now_ns();
 		int n = ring_buffer__poll(rb, 50);
 		__u64 now = now_ns();
 
@@ -1195,8 +1212,14 @@ open_core:
 		 * timeout, so that records do not sit in the ring (and new ones drop
 		 * when it is full) after a burst, and a segment holds its second.
 		 * The profile's sums wake nobody: read at every turn. */
-		if (n == 0 || opt.profile)
-			n = ring_buffer__consume(rb);
+		if (n == 0 || opt.profile || ring_plan.count > 1) {
+			/* poll reads only the rings that woke it: read the others too */
+			int m = ring_buffer__consume(rb);
+			n = m < 0 ? m : n > 0 ? n + m : m;
+		}
+		/* every ring read since `began`: what ended well before is all here */
+		if (began > rings_hold_ns())
+			rings_release(began - rings_hold_ns());
 
 		if (n < 0 && n != -EINTR) {
 			say("ring buffer poll failed: %s", strerror(-n));
@@ -1242,7 +1265,7 @@ open_core:
 			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
 			       (unsigned long long)(tot.bytes_read + prof_totals.bytes_read),
 			       (unsigned long long)(tot.bytes_written + prof_totals.bytes_written),
-			       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
+			       (unsigned long long)(counter_sum(skel, IOT_CNT_DROPS) + rings_lost()),
 			       (long long)skel->bss->live_procs, (unsigned long long)prof_totals.calls);
 			last_stats = now;
 		}
@@ -1311,6 +1334,7 @@ open_core:
 	long long calls_open = 0;
 	if (!sp.failed) {
 		ring_buffer__consume(rb);
+		rings_release(~0ull);
 		unfinished = block_unfinished(&extra, on_record);
 		/* a profile has no per-call records to add them to */
 		if (!opt.profile)
@@ -1319,8 +1343,10 @@ open_core:
 	if (opt.profile && !sp.failed)
 		profile_flush_threads(skel);
 	bpf_link__destroy(exit_link);
-	if (opt.profile && !sp.failed)
+	if (opt.profile && !sp.failed) {
 		ring_buffer__consume(rb);   /* the threads' last sums */
+		rings_release(~0ull);
+	}
 	if (opt.profile && !sp.failed &&
 	    (prof_rates_drain(prof_rates, ~0u) < 0 ||
 	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
@@ -1374,7 +1400,7 @@ open_core:
 	       ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
 	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6, (unsigned long long)tot.bytes_read,
 	       (unsigned long long)tot.bytes_written,
-	       (unsigned long long)counter_sum(skel, IOT_CNT_DROPS),
+	       (unsigned long long)(counter_sum(skel, IOT_CNT_DROPS) + rings_lost()),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_PATH_TRUNC),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_NO_STORAGE),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_TRACED_FULL),
@@ -1406,6 +1432,7 @@ out:
 		waitpid(child_pid, NULL, 0);
 	}
 	ring_buffer__free(rb);
+	rings_close();
 	hooks_detach();
 	detach_all_probes();
 	destroy_optional_objects(&extra);
