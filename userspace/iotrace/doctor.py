@@ -91,6 +91,12 @@ def run_doctor(console: Console) -> int:
     elif reads:
         line(True, "kernel reads", f"bpf_probe_read_kernel helper calls ({res['kernel_reads_why']}"
              "): about 90 ns more per file system call")
+    rings, ring_bytes = res.get("rings"), res.get("ring_bytes")
+    if rings:
+        cpus = os.cpu_count() or 1
+        line(True, "record rings", f"{rings} x {ring_bytes / (1 << 20):g} MiB "
+             + ("(one per CPU)" if rings >= cpus else f"(shared by {cpus} CPUs)")
+             + " at the default --ringbuf-mb")
     console.print("probes:")
     for name in res["attached"]:
         line(True, name, "attaches")
