@@ -67,12 +67,20 @@ static struct held held[RINGS_MAX];
 static ring_buffer_sample_fn out_fn;
 static __u64 lost;
 
+static __u64 drain_began;   /* rings_release's last bound + HOLD_NS */
+
 static __u64 end_ns(const void *data, size_t size)
 {
 	const struct iot_event *e = data;
+	__u64 end;
 
 	/* too short to be a record: handed on at once (and counted there) */
-	return size >= sizeof(*e) ? e->ts_ns + e->dur_ns : 0;
+	if (size < sizeof(*e))
+		return 0;
+	/* an end later than the read (a damaged record) would hold its ring's
+	 * records back until the trace ends: at most a second here */
+	end = e->ts_ns + e->dur_ns;
+	return drain_began && end > drain_began + 1000000000ull ? drain_began + 1000000000ull : end;
 }
 
 static int hold(void *ctx, void *data, size_t size)
@@ -111,6 +119,8 @@ static int hold(void *ctx, void *data, size_t size)
 
 void rings_release(__u64 before_ns)
 {
+	if (before_ns != ~0ull)
+		drain_began = before_ns + HOLD_NS;
 	for (;;) {
 		int best = -1;
 		__u64 best_end = before_ns;
