@@ -84,3 +84,58 @@ def test_a_ring_per_cpu_and_one_order(tmp_path):
     # half of them behind the other ring's
     late = int((end[1:] < np.maximum.accumulate(end)[:-1]).sum())
     assert late <= max(3, len(reads) // 10_000), late
+
+
+@needs_root()
+def test_a_quiet_ring_is_read_while_a_busy_one_wakes_the_drain(tmp_path):
+    """One thread on CPU 0 opens directories; another on CPU 1, where fio
+    keeps that CPU's ring waking the drain, opens a file relative to each
+    directory's fd (openat). The directory's open sits in CPU 0's ring, which
+    fills too slowly to wake anyone; it must still be read before the openat
+    that names the file through it, or that file has no path."""
+    if possible_cpus() < 2 or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    dirs = [tmp_path / f"d{i}" for i in range(100)]
+    for d in dirs:
+        d.mkdir()
+        (d / "data.bin").write_bytes(b"x" * 4096)
+    data = tmp_path / "fio.bin"
+    data.write_bytes(os.urandom(16 * MiB))
+    script = tmp_path / "dirfds.py"
+    script.write_text(f"""import os, queue, threading, time
+dirs = {[str(d) for d in dirs]!r}
+q = queue.Queue()
+
+def opener():
+    os.sched_setaffinity(0, {{0}})
+    for d in dirs:
+        q.put(os.open(d, os.O_RDONLY | os.O_DIRECTORY))
+        time.sleep(0.01)
+    q.put(None)
+
+def reader():
+    os.sched_setaffinity(0, {{1}})
+    while (dfd := q.get()) is not None:
+        fd = os.open("data.bin", os.O_RDONLY, dir_fd=dfd)
+        os.read(fd, 1)
+
+time.sleep(0.3)                      # fio is running
+threads = [threading.Thread(target=f) for f in (opener, reader)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+""")
+    res = iotrace_cmd("run", "-q", "--no-node-summary", "-o", str(tmp_path / "t"), "--",
+                      "sh", "-c", f"fio --name=busy --filename={data} --rw=randread --bs=4k "
+                      f"--ioengine=psync --size=16M --invalidate=0 --time_based --runtime=2 "
+                      f"--cpus_allowed=1 --output=/dev/null & {sys.executable} {script}; wait")
+    assert res.returncode == 0, res.stderr
+    t = iotrace.open_trace(tmp_path / "t")
+    assert t.meta["probes"]["rings"] >= 2
+    paths = sorted(r[0] or "" for r in t.con.execute(
+        "select e.path from events e join files f using (file_id) "
+        "where e.op = 'openat' and f.path like ? and e.ret >= 0",
+        [str(tmp_path / "d%" / "data.bin")]).fetchall())
+    assert len(paths) == 100
+    assert paths == sorted(str(d / "data.bin") for d in dirs)
