@@ -438,9 +438,10 @@ node_summary_option = click.option(
 ringbuf_option = click.option(
     "--ringbuf-mb", default=64, show_default=True, type=click.IntRange(1, 4096),
     callback=_power_of_two,
-    help="Ring buffer size (a power of two). Larger buffers absorb longer bursts "
-         "before events are dropped. With --profile the sums have a ring of their own, "
-         "of this size up to 16 MiB.")
+    help="Ring buffer memory (a power of two), split over a ring per CPU (at most 8: "
+         "`iotrace doctor` shows them). Larger buffers absorb longer bursts before "
+         "events are dropped. With --profile the sums have a ring of their own, of "
+         "this size up to 16 MiB.")
 
 profile_option = click.option(
     "--profile", is_flag=True,
