@@ -139,9 +139,10 @@ def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
     assert v["status"] == "io-bound", v["summary"]
     # iotrace's window takes in the first step's wait, which DLIO leaves out, and
     # counts DLIO's own per-step work as compute: 2.6 points apart on one machine
-    # of this kind, 1.9-5.7 on another (the waits themselves agree within 1%,
-    # run_dlio checks them)
-    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.07), (theirs, v["summary"])
+    # of this kind, 1.9-5.7 on another, 4.2-5.6 alone and 7.0 under the whole
+    # suite on a third (DLIO's own work grows with the load). The waits
+    # themselves agree within 1%: run_dlio checks them, the ground truth here.
+    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.09), (theirs, v["summary"])
     assert max(v["stall"], key=v["stall"].get) == "fetch", v["stall"]
     # what the storage delivered while the data set was read: the throttle's rate;
     # DLIO's own figure divides by its steps' time, compute included, so it is lower
