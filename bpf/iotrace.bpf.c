@@ -132,14 +132,17 @@ static __always_inline void slot_remove(__u32 tgid)
 	__sync_val_compare_and_swap(&traced_slot[tgid & (IOT_BUCKETS - 1)], (__u64)tgid, 0);
 }
 
-/* For a record of any size (bpf_ringbuf_output): wake the reader once
- * wakeup_bytes wait to be read. */
-static __always_inline __u64 rb_flags(void)
+/* A record of any size to this CPU's ring (bpf_ringbuf_output's return, or
+ * -1), waking the reader once wakeup_bytes wait to be read there. */
+static __always_inline long ring_output_batched(void *data, __u64 size)
 {
 	void *rb = cpu_ring();
 
-	return rb && bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
-		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (!rb)
+		return -1;
+	return bpf_ringbuf_output(rb, data, size,
+				  bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+				  BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 /*
@@ -967,7 +970,7 @@ static __always_inline int emit_with_paths(struct task_struct *task, struct infl
 	}
 	total &= 2 * IOT_PATH_MAX - 1;
 	b->ev.str_len = total;
-	if (ring_output(b, sizeof(b->ev) + total, rb_flags())) {
+	if (ring_output_batched(b, sizeof(b->ev) + total)) {
 		count(IOT_CNT_DROPS);
 		drop_op(op);
 	}
@@ -1022,8 +1025,7 @@ static __always_inline bool emit_inet(struct inflight *st, __u16 op, __u64 now, 
 		return false;
 	b->ev.eflags |= flag;
 	b->ev.str_len = n;
-	if (ring_output(b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)),
-			       rb_flags())) {
+	if (ring_output_batched(b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)))) {
 		count(IOT_CNT_DROPS);
 		drop_op(op);
 	}

@@ -105,6 +105,23 @@ def trace_run(out: Path, *command: str, extra: tuple = (), **kw):
     return proc, trace
 
 
+def keep_spool(base: Path) -> tuple[Path, dict]:
+    """(where the recorder's spool segments stay, an environment for
+    iotrace_cmd): an IOTRACE_RECORDER wrapper that points the recorder's
+    --spool at base/kept, which iotrace neither converts nor deletes (the
+    trace iotrace writes is then empty)."""
+    from iotrace.session import recorder_path
+    keep = base / "kept"
+    wrapper = base / "recorder"
+    wrapper.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                       "a = sys.argv[1:]\n"
+                       f"a[a.index('--spool') + 1] = {str(keep)!r}\n"
+                       f"os.makedirs({str(keep)!r}, exist_ok=True)\n"
+                       f"os.execv({recorder_path()!r}, [{recorder_path()!r}, *a])\n")
+    wrapper.chmod(0o755)
+    return keep, dict(os.environ, IOTRACE_RECORDER=str(wrapper))
+
+
 def rows(trace, query: str, *params):
     return trace.con.execute(query, list(params)).fetchall()
 

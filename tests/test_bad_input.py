@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import iotrace_cmd, needs_root
+from conftest import iotrace_cmd, keep_spool, needs_root
 
 import iotrace
 from iotrace.abi import EVENT_DTYPE, OP_NAMES
@@ -38,7 +38,6 @@ from iotrace.cli import main as cli_main
 from iotrace.convert import EVENTS_SCHEMA, convert, read_segment
 from iotrace.errors import EXIT_TRACE, EXIT_USAGE, IotraceError
 from iotrace.model import Model
-from iotrace.session import recorder_path
 
 pytestmark = needs_root()
 
@@ -99,19 +98,12 @@ def segments(tmp_path_factory) -> list[tuple[bytes, bytes]]:
     """Real spool segments (K.ev, K.str) of a small job, kept by a recorder
     started with another spool directory than the one iotrace converts."""
     base = tmp_path_factory.mktemp("spool")
-    keep = base / "kept"
-    wrapper = base / "recorder"
-    wrapper.write_text(f"#!{sys.executable}\nimport os, sys\n"
-                       "a = sys.argv[1:]\n"
-                       f"a[a.index('--spool') + 1] = {str(keep)!r}\n"
-                       f"os.makedirs({str(keep)!r}, exist_ok=True)\n"
-                       f"os.execv({recorder_path()!r}, [{recorder_path()!r}, *a])\n")
-    wrapper.chmod(0o755)
+    keep, env = keep_spool(base)
     res = iotrace_cmd("run", "-q", "--no-node-summary", "-o", str(base / "t"), "--",
                       sys.executable, "-c",
                       "import os; os.listdir('/'); open('/etc/hostname').read(); "
                       f"os.open({str(base).encode()!r} + b'/n\\xe9', os.O_CREAT | os.O_RDWR)",
-                      env=dict(os.environ, IOTRACE_RECORDER=str(wrapper)))
+                      env=env)
     assert res.returncode == 0, res.stderr
     segs = [(ev.read_bytes(), ev.with_suffix(".str").read_bytes()
              if ev.with_suffix(".str").exists() else b"")

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import iotrace_cmd, needs_root
+from conftest import iotrace_cmd, keep_spool, needs_root
 from iotrace.abi import EVENT_DTYPE, OP
-from iotrace.session import recorder_path
 
 import iotrace
 
@@ -34,20 +33,6 @@ def expected_rings(ringbuf_mb: int, cpus: int) -> int:
     while n * 2 <= min(cpus, 8) and (ringbuf_mb * MiB) // (n * 2) >= 256 * 1024:
         n *= 2
     return n
-
-
-def keep_spool(base: Path) -> tuple[Path, dict]:
-    """An IOTRACE_RECORDER wrapper that makes the recorder write its spool
-    where the test can read it (iotrace converts and deletes its own)."""
-    keep = base / "kept"
-    wrapper = base / "recorder"
-    wrapper.write_text(f"#!{sys.executable}\nimport os, sys\n"
-                       "a = sys.argv[1:]\n"
-                       f"a[a.index('--spool') + 1] = {str(keep)!r}\n"
-                       f"os.makedirs({str(keep)!r}, exist_ok=True)\n"
-                       f"os.execv({recorder_path()!r}, [{recorder_path()!r}, *a])\n")
-    wrapper.chmod(0o755)
-    return keep, dict(os.environ, IOTRACE_RECORDER=str(wrapper))
 
 
 @needs_root()

@@ -1215,7 +1215,8 @@ open_core:
 		if (n == 0 || opt.profile || ring_plan.count > 1) {
 			/* poll reads only the rings that woke it: read the others too */
 			int m = ring_buffer__consume(rb);
-			n = m < 0 ? m : n > 0 ? n + m : m;
+			if (m < 0 || n < 0)
+				n = m;   /* the consume's error, or none: the poll's own is moot */
 		}
 		/* every ring read since `began`: what ended well before is all here */
 		if (began > rings_hold_ns())
