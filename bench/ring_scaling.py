@@ -1,0 +1,136 @@
+"""How a full trace scales with the number of threads writing records at once,
+for a lent machine with many CPUs: the bare recorder and a C pread loop,
+Python's standard library only (as bench/hooks_raw.py).
+
+    sudo python3 bench/ring_scaling.py RECORDER SYSCALL_LOOP \\
+        [--baseline-recorder OTHER] [--threads 4,8,16] [--reps 3] [--json FILE]
+    python3 bench/ring_scaling.py --table FILE      # the table of an earlier --json
+
+Each repetition runs, for each thread count, in a rotating order: the loop
+untraced; under a full trace; under a profile; and, with --baseline-recorder,
+under a full trace by that recorder (e.g. one built from an older commit, to
+measure a change side by side). Each thread makes --calls 1-byte preads of a
+page-cached file, the cheapest call there is, so the loop offers as many
+records a second as the CPUs can make: the table says how much longer the loop
+took traced (median of the repetitions' ratios, min-max), the records a second
+the trace took in, the drops, and how often a thread waited for one of
+iotrace's own ring-buffer locks (counters.own_lock_waits).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+FILE_BYTES = 1 << 20
+
+
+def end_status(path: Path) -> dict:
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("type") == "end":
+            return rec
+    return {}
+
+
+def run_once(variant: str, recorder: str | None, loop: list[str], work: Path) -> dict:
+    if recorder is None:
+        out = subprocess.run(loop, capture_output=True, text=True, check=True, timeout=300)
+        return {"loop_s": float(out.stdout.split()[1])}
+    spool = work / "spool"
+    shutil.rmtree(spool, ignore_errors=True)
+    spool.mkdir()
+    st = work / "status"
+    with open(st, "w") as f:
+        out = subprocess.run([recorder, "--spool", str(spool), "--status-fd", str(f.fileno()),
+                              *(["--profile"] if variant == "profile" else []), "--", *loop],
+                             capture_output=True, text=True, pass_fds=(f.fileno(),), timeout=300)
+    end = end_status(st)
+    shutil.rmtree(spool, ignore_errors=True)
+    if out.returncode != 0 or not end:
+        raise RuntimeError(f"{variant}: the traced loop failed: {out.stderr.strip()[-400:]}")
+    recorded = end.get("profile_calls" if variant == "profile" else "events", 0)
+    return {"loop_s": float(out.stdout.split()[1]), "recorded": recorded,
+            "drops": end.get("drops", 0) + end.get("profile_overflow", 0),
+            "own_lock_waits": end.get("own_lock_waits", 0), "recorder_cpu_s": end.get("cpu_s")}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["threads  variant       loop s  vs untraced (min-max)   M records/s (min-max)  drops  own-lock waits (median)"]
+    for t in sorted({r["threads"] for r in rows}):
+        base = {r["rep"]: r["loop_s"] for r in rows if r["threads"] == t and r["variant"] == "untraced"}
+        lines.append(f"{t:7d}  {'untraced':12s} {statistics.median(base.values()):7.2f}")
+        for v in ("baseline", "full", "profile"):
+            rs = [r for r in rows if r["threads"] == t and r["variant"] == v and r["rep"] in base]
+            if not rs:
+                continue
+            ratio = [r["loop_s"] / base[r["rep"]] for r in rs]
+            rate = [r["recorded"] / r["loop_s"] / 1e6 for r in rs]
+            lines.append(
+                f"{'':7s}  {v:12s} {statistics.median(r['loop_s'] for r in rs):7.2f}  "
+                f"{statistics.median(ratio):5.2f}x ({min(ratio):.2f}-{max(ratio):.2f})    "
+                f"{statistics.median(rate):5.2f} ({min(rate):.2f}-{max(rate):.2f})      "
+                f"{sum(r['drops'] for r in rs):5d}  {statistics.median(r['own_lock_waits'] for r in rs):14,.0f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("recorder", nargs="?", help="iotrace-recorder (static, to carry it)")
+    ap.add_argument("syscall_loop", nargs="?", help="bench/syscall_loop.c built")
+    ap.add_argument("--baseline-recorder", help="a second recorder traced side by side ('baseline' rows)")
+    ap.add_argument("--threads", default="4,8,16", help="thread counts, comma-separated (default 4,8,16)")
+    ap.add_argument("--calls", type=int, default=1_000_000, help="preads per thread (default 1,000,000)")
+    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default 3)")
+    ap.add_argument("--json", help="write every run's figures here, one JSON object a line")
+    ap.add_argument("--table", metavar="FILE", help="print the table of an earlier --json and stop")
+    a = ap.parse_args()
+    if a.table:
+        print(table([json.loads(line) for line in Path(a.table).read_text().splitlines() if line]))
+        return 0
+    if not a.recorder or not a.syscall_loop:
+        ap.error("RECORDER and SYSCALL_LOOP are needed (or --table FILE)")
+    if os.geteuid() != 0:
+        print("ring_scaling.py: the recorder needs root: run it with sudo", file=sys.stderr)
+        return 2
+    threads = [int(x) for x in a.threads.split(",")]
+    variants = {"untraced": None, "full": a.recorder, "profile": a.recorder}
+    if a.baseline_recorder:
+        variants["baseline"] = a.baseline_recorder
+    names = list(variants)
+    rows = []
+    sink = open(a.json, "w") if a.json else None
+    with tempfile.TemporaryDirectory(prefix="ring-scaling-") as tmp:
+        work = Path(tmp)
+        data = work / "data"
+        data.write_bytes(os.urandom(FILE_BYTES))
+        print(f"{os.cpu_count()} CPUs; {a.calls:,} 1-byte preads per thread; {a.reps} repetitions",
+              flush=True)
+        for rep in range(a.reps):
+            order = names[rep % len(names):] + names[:rep % len(names)]
+            for t in threads:
+                loop = [a.syscall_loop, str(data), str(t), str(a.calls), "1"]
+                for v in order:
+                    r = run_once(v, variants[v], loop, work)
+                    r.update(rep=rep, threads=t, variant=v)
+                    rows.append(r)
+                    if sink:
+                        sink.write(json.dumps(r) + "\n")
+                        sink.flush()
+            print(f"rep {rep + 1}/{a.reps} done", flush=True)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
