@@ -7,6 +7,8 @@ time per I/O from fio's JSON. Interleaved repetitions (the order rotates) of:
   untraced                    fio alone
   traced, fentry              iotrace run (IOTRACE_HOOKS=fentry) -- fio
   traced, tracepoint          iotrace run (IOTRACE_HOOKS=tracepoint) -- fio
+  profile, fentry             iotrace run --profile (IOTRACE_HOOKS=fentry) -- fio
+  profile, tracepoint         the same with the tracepoints
   bystander, fentry           fio untraced while iotrace traces a sleep
   bystander, tracepoint       the same with the tracepoints
 
@@ -51,10 +53,10 @@ def fio(data: Path, io_size: str) -> float:
     return read["runtime"] * 1e6 / read["total_ios"]          # ns per I/O
 
 
-def traced(data: Path, io_size: str, hooks: str, trace: Path) -> float:
+def traced(data: Path, io_size: str, hooks: str, trace: Path, profile: bool = False) -> float:
     env = {**os.environ, "IOTRACE_HOOKS": hooks}
     out = subprocess.run([IOTRACE, "run", "-q", "--no-node-summary", "--force", "-o",
-                          str(trace), "--", "fio", "--name=b", f"--filename={data}",
+                          str(trace), *(["--profile"] if profile else []), "--", "fio", "--name=b", f"--filename={data}",
                           "--ioengine=psync", "--rw=randread", "--bs=4k", "--size=64M",
                           f"--io_size={io_size}", "--invalidate=0", "--output-format=json"],
                          capture_output=True, text=True, env=env)
@@ -101,7 +103,8 @@ def measure(reps: int, io_size: str) -> str:
     data = work / "data.bin"
     data.write_bytes(os.urandom(64 << 20))
     kinds = ["fentry", "tracepoint"] if fentry_here() else ["tracepoint"]
-    variants = ["untraced"] + [f"{w}, {k}" for k in kinds for w in ("traced", "bystander")]
+    variants = ["untraced"] + [f"{w}, {k}" for k in kinds
+                              for w in ("traced", "profile", "bystander")]
     ns: dict[str, list[float]] = {v: [] for v in variants}
     ratios: dict[str, list[float]] = {v: [] for v in variants}
     for rep in range(reps):
@@ -113,8 +116,8 @@ def measure(reps: int, io_size: str) -> str:
                 got[v] = fio(data, io_size)
                 continue
             what, hooks = v.split(", ")
-            if what == "traced":
-                got[v] = traced(data, io_size, hooks, work / "t")
+            if what in ("traced", "profile"):
+                got[v] = traced(data, io_size, hooks, work / "t", profile=what == "profile")
             else:
                 with tracing_sleep(hooks, work / "s"):
                     got[v] = fio(data, io_size)
