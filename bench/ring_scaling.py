@@ -21,45 +21,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hooks_raw import loop, traced  # noqa: E402  (the same runs, one thread or many)
+
 FILE_BYTES = 1 << 20
 
 
-def end_status(path: Path) -> dict:
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("type") == "end":
-            return rec
-    return {}
-
-
-def run_once(variant: str, recorder: str | None, loop: list[str], work: Path) -> dict:
+def run_once(variant: str, recorder: str | None, prog: str, data: Path, threads: int,
+             calls: int, work: Path) -> dict:
     if recorder is None:
-        out = subprocess.run(loop, capture_output=True, text=True, check=True, timeout=300)
-        return {"loop_s": float(out.stdout.split()[1])}
-    spool = work / "spool"
-    shutil.rmtree(spool, ignore_errors=True)
-    spool.mkdir()
-    st = work / "status"
-    with open(st, "w") as f:
-        out = subprocess.run([recorder, "--spool", str(spool), "--status-fd", str(f.fileno()),
-                              *(["--profile"] if variant == "profile" else []), "--", *loop],
-                             capture_output=True, text=True, pass_fds=(f.fileno(),), timeout=300)
-    end = end_status(st)
-    shutil.rmtree(spool, ignore_errors=True)
-    if out.returncode != 0 or not end:
-        raise RuntimeError(f"{variant}: the traced loop failed: {out.stderr.strip()[-400:]}")
-    recorded = end.get("profile_calls" if variant == "profile" else "events", 0)
-    return {"loop_s": float(out.stdout.split()[1]), "recorded": recorded,
+        return {"loop_s": loop(prog, data, threads, calls, 1)}
+    profile = variant == "profile"
+    s, end = traced(recorder, prog, data, threads, calls, 1, "auto", profile, work)
+    return {"loop_s": s, "recorded": end.get("profile_calls" if profile else "events", 0),
             "drops": end.get("drops", 0) + end.get("profile_overflow", 0),
             "own_lock_waits": end.get("own_lock_waits", 0), "recorder_cpu_s": end.get("cpu_s")}
 
@@ -119,9 +98,8 @@ def main() -> int:
         for rep in range(a.reps):
             order = names[rep % len(names):] + names[:rep % len(names)]
             for t in threads:
-                loop = [a.syscall_loop, str(data), str(t), str(a.calls), "1"]
                 for v in order:
-                    r = run_once(v, variants[v], loop, work)
+                    r = run_once(v, variants[v], a.syscall_loop, data, t, a.calls, work)
                     r.update(rep=rep, threads=t, variant=v)
                     rows.append(r)
                     if sink:
