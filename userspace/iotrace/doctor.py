@@ -83,7 +83,8 @@ def run_doctor(console: Console) -> int:
     elif hooks:
         line(True, "system calls", f"sys_enter/sys_exit tracepoints ({res['syscall_hooks_why']}"
              "): every system call of every process takes the kernel's slower path while "
-             "iotrace traces")
+             "iotrace traces (about 1.1-1.2x on an untraced process's cached 4 KiB reads); "
+             "a kernel that allows fentry programs avoids it")
     reads = res.get("kernel_reads")
     if reads == "direct":
         line(True, "kernel reads", "direct loads (bpf_rdonly_cast): a call's file identity "
