@@ -101,6 +101,12 @@ def prepare_outdir(out: Optional[str], default_stem: str, force: bool) -> Path:
     return path
 
 
+# Closed spool segments (a second of events each) waiting for conversion from
+# which the live line says that conversion is behind (one or two is the normal
+# rhythm of a busy trace)
+BEHIND_SHOWN = 3
+
+
 class StatusLine:
     """Live one-line status on stderr, when stderr is a terminal."""
 
@@ -115,6 +121,10 @@ class StatusLine:
         line = (f"iotrace {p.elapsed_s:7.1f} s  {p.rate_events:10,.0f} ev/s  "
                 f"read {p.rate_read / 1e6:8.1f} MB/s  write {p.rate_write / 1e6:8.1f} MB/s  "
                 f"events {p.events:,}  {drops}")
+        if p.pending >= BEHIND_SHOWN:
+            # the job makes events faster than they are converted: the spool
+            # holds them (nothing is lost), and iotrace ends once it is through
+            line += f"  Parquet {p.pending:,} s behind"
         if p.calls:    # profile mode: calls summed in kernel, few events
             line = (f"iotrace {p.elapsed_s:7.1f} s  profile  read {p.rate_read / 1e6:8.1f} MB/s  "
                     f"write {p.rate_write / 1e6:8.1f} MB/s  calls {p.calls:,}  {drops}")
@@ -132,7 +142,9 @@ def finish_session(session: Session, status: StatusLine, quiet: bool, user,
                    node_report: bool = True, redact: tuple = ()) -> dict:
     session.loop()
     status.clear()
-    meta = session.finish()
+    with step_status("converting the rest of the spool to Parquet",
+                     show=not quiet and session.pending_segments() >= BEHIND_SHOWN) as step:
+        meta = session.finish(step)
     # a profile has no per-call events for the node report: a set's report
     # says so for it
     if node_report and not session.profile and not session.stop_error() \

@@ -72,6 +72,7 @@ class Progress:
     rate_read: float = 0.0
     rate_write: float = 0.0
     calls: int = 0           # profile mode: calls summed so far (finished seconds)
+    pending: int = 0         # closed spool segments (about a second each) not in Parquet yet
 
 
 @dataclass
@@ -261,6 +262,7 @@ class Session:
         p.elapsed_s, p.events, p.drops = el, msg["events"], msg["drops"]
         p.bytes_read, p.bytes_written = msg["bytes_read"], msg["bytes_written"]
         p.calls = msg.get("profile_calls", 0)
+        p.pending = self.pending_segments()
         if self.on_progress:
             self.on_progress(p)
 
@@ -290,11 +292,28 @@ class Session:
 
     # ---- conversion -------------------------------------------------------
 
-    def _convert_ready(self) -> None:
+    def pending_segments(self) -> int:
+        """Closed spool segments not converted yet: the recorder renames a
+        segment to K.ev once it is whole, and conversion deletes it."""
+        try:
+            return sum(1 for _ in self.spool.glob("*.ev"))
+        except OSError:
+            return 0
+
+    def _convert_ready(self, progress: Optional[Callable[[str], None]] = None) -> None:
+        """Converts the closed segments in order; progress, where given, hears
+        of each one (the rest of a spool that fell behind a fast job takes
+        seconds, or minutes)."""
+        left = self.pending_segments() if progress else 0
+        done = 0
         while not self.convert_error:
             ev = self.spool / f"{self.next_seg:06d}.ev"
             if not ev.exists():
                 return
+            if progress:
+                progress(f"segment {done + 1:,} of {max(left, done + 1):,}, "
+                         f"{self.writer.events:,} events written")
+            done += 1
             try:
                 recs, payloads = read_segment(ev)
                 self.writer.write_events(convert(recs, payloads, self.model))
@@ -419,13 +438,14 @@ class Session:
         finally:
             os.close(fd)
 
-    def finish(self) -> dict:
-        """Converts what is left and writes the final tables and meta.json."""
+    def finish(self, progress: Optional[Callable[[str], None]] = None) -> dict:
+        """Converts what is left (progress: hears of each segment) and writes
+        the final tables and meta.json."""
         try:
             (self.spool / RESERVE_NAME).unlink()
         except OSError:
             pass
-        self._convert_ready()
+        self._convert_ready(progress)
         if self.stop_error():
             # What is left in the spool cannot be converted: free its space so
             # that at least the tables and an honest meta.json get written.
