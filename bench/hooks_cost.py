@@ -56,7 +56,8 @@ def fio(data: Path, io_size: str) -> float:
 def traced(data: Path, io_size: str, hooks: str, trace: Path, profile: bool = False) -> float:
     env = {**os.environ, "IOTRACE_HOOKS": hooks}
     out = subprocess.run([IOTRACE, "run", "-q", "--no-node-summary", "--force", "-o",
-                          str(trace), *(["--profile"] if profile else []), "--", "fio", "--name=b", f"--filename={data}",
+                          str(trace), *(["--profile"] if profile else []), "--",
+                          "fio", "--name=b", f"--filename={data}",
                           "--ioengine=psync", "--rw=randread", "--bs=4k", "--size=64M",
                           f"--io_size={io_size}", "--invalidate=0", "--output-format=json"],
                          capture_output=True, text=True, env=env)

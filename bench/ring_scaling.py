@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from capture_rate import med  # noqa: E402
 from hooks_raw import loop, traced  # noqa: E402  (the same runs, one thread or many)
 
 FILE_BYTES = 1 << 20
@@ -44,21 +45,22 @@ def run_once(variant: str, recorder: str | None, prog: str, data: Path, threads:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["threads  variant       loop s  vs untraced (min-max)   M records/s (min-max)  drops  own-lock waits (median)"]
+    lines = [f"{'threads':>7}  {'variant':12} {'loop s':>7}  {'x untraced (min-max)':22} "
+             f"{'M records/s (min-max)':22} {'drops':>5}  own-lock waits (median)"]
     for t in sorted({r["threads"] for r in rows}):
-        base = {r["rep"]: r["loop_s"] for r in rows if r["threads"] == t and r["variant"] == "untraced"}
-        lines.append(f"{t:7d}  {'untraced':12s} {statistics.median(base.values()):7.2f}")
+        base = {r["rep"]: r["loop_s"] for r in rows
+                if r["threads"] == t and r["variant"] == "untraced"}
+        lines.append(f"{t:7d}  {'untraced':12} {statistics.median(base.values()):7.2f}")
         for v in ("baseline", "full", "profile"):
             rs = [r for r in rows if r["threads"] == t and r["variant"] == v and r["rep"] in base]
             if not rs:
                 continue
             ratio = [r["loop_s"] / base[r["rep"]] for r in rs]
             rate = [r["recorded"] / r["loop_s"] / 1e6 for r in rs]
-            lines.append(
-                f"{'':7s}  {v:12s} {statistics.median(r['loop_s'] for r in rs):7.2f}  "
-                f"{statistics.median(ratio):5.2f}x ({min(ratio):.2f}-{max(ratio):.2f})    "
-                f"{statistics.median(rate):5.2f} ({min(rate):.2f}-{max(rate):.2f})      "
-                f"{sum(r['drops'] for r in rs):5d}  {statistics.median(r['own_lock_waits'] for r in rs):14,.0f}")
+            waits = statistics.median(r["own_lock_waits"] for r in rs)
+            lines.append(f"{'':7}  {v:12} {statistics.median(r['loop_s'] for r in rs):7.2f}  "
+                         f"{med(ratio, '{:.2f}'):22} {med(rate, '{:.2f}'):22} "
+                         f"{sum(r['drops'] for r in rs):5d}  {waits:14,.0f}")
     return "\n".join(lines)
 
 
@@ -67,9 +69,12 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("recorder", nargs="?", help="iotrace-recorder (static, to carry it)")
     ap.add_argument("syscall_loop", nargs="?", help="bench/syscall_loop.c built")
-    ap.add_argument("--baseline-recorder", help="a second recorder traced side by side ('baseline' rows)")
-    ap.add_argument("--threads", default="4,8,16", help="thread counts, comma-separated (default 4,8,16)")
-    ap.add_argument("--calls", type=int, default=1_000_000, help="preads per thread (default 1,000,000)")
+    ap.add_argument("--baseline-recorder",
+                    help="a second recorder traced side by side ('baseline' rows)")
+    ap.add_argument("--threads", default="4,8,16",
+                    help="thread counts, comma-separated (default 4,8,16)")
+    ap.add_argument("--calls", type=int, default=1_000_000,
+                    help="preads per thread (default 1,000,000)")
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default 3)")
     ap.add_argument("--json", help="write every run's figures here, one JSON object a line")
     ap.add_argument("--table", metavar="FILE", help="print the table of an earlier --json and stop")

@@ -118,16 +118,17 @@ class StatusLine:
         if not self.on:
             return
         drops = f"\x1b[31mdrops {p.drops:,}\x1b[0m" if p.drops else "drops 0"
-        line = (f"iotrace {p.elapsed_s:7.1f} s  {p.rate_events:10,.0f} ev/s  "
-                f"read {p.rate_read / 1e6:8.1f} MB/s  write {p.rate_write / 1e6:8.1f} MB/s  "
-                f"events {p.events:,}  {drops}")
+        if p.calls:    # profile mode: calls summed in kernel, few events
+            line = (f"iotrace {p.elapsed_s:7.1f} s  profile  read {p.rate_read / 1e6:8.1f} MB/s  "
+                    f"write {p.rate_write / 1e6:8.1f} MB/s  calls {p.calls:,}  {drops}")
+        else:
+            line = (f"iotrace {p.elapsed_s:7.1f} s  {p.rate_events:10,.0f} ev/s  "
+                    f"read {p.rate_read / 1e6:8.1f} MB/s  write {p.rate_write / 1e6:8.1f} MB/s  "
+                    f"events {p.events:,}  {drops}")
         if p.pending >= BEHIND_SHOWN:
             # the job makes events faster than they are converted: the spool
             # holds them (nothing is lost), and iotrace ends once it is through
             line += f"  Parquet {p.pending:,} s behind"
-        if p.calls:    # profile mode: calls summed in kernel, few events
-            line = (f"iotrace {p.elapsed_s:7.1f} s  profile  read {p.rate_read / 1e6:8.1f} MB/s  "
-                    f"write {p.rate_write / 1e6:8.1f} MB/s  calls {p.calls:,}  {drops}")
         sys.stderr.write("\r\x1b[K" + line)
         sys.stderr.flush()
         self.shown = True
