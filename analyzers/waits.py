@@ -428,7 +428,10 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
             pieces.append(ivl.intersect(ivl.union(ivl.as_iv(c["ts_ns"][aio], c["end_ns"][aio])),
                                         ivl.union(_blocked(off))))
     if side:
+        # a wake-up by a producer that had already exited is it ending (the
+        # loader joining its workers at the end of an epoch), not a batch
         woken = np.isin(off["waker"], list(side))
+        woken &= ~_exited(tl.con, side, off["waker"], off["ts_ns"] + off["wake"])
         sl = c["sleep_op"]
         sleeping = ivl.union(ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]))
         w = ivl.as_iv(off["ts_ns"][woken], off["end_ns"][woken])
@@ -451,6 +454,22 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
                            glue[:, 0])
         core = ivl.union(np.concatenate([core, glue[near]]), gap)
     return ivl.clip(core, lo, hi)
+
+
+def _exited(con, side: set, wakers: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Whether each waker in `side` had exited by the time `at` of its wake-up
+    (the exit of the thread with that id that started last before it: ids
+    are reused)."""
+    out = np.zeros(len(wakers), dtype=bool)
+    rows = con.execute(f"""select tid, coalesce(start_ns, 0), exit_ns from threads
+        where exit_ns is not null and tid in ({",".join(map(str, sorted(side)))})
+        order by tid, start_ns""").fetchall()
+    for tid in {r[0] for r in rows}:
+        life = np.array([(s, e) for t, s, e in rows if t == tid], dtype=np.int64)
+        m = wakers == tid
+        i = np.searchsorted(life[:, 0], at[m], side="right") - 1
+        out[m] = (i >= 0) & (life[np.maximum(i, 0), 1] <= at[m])
+    return out
 
 
 def _producer_pipes(con, side: set) -> list[int]:
