@@ -65,6 +65,19 @@ def _window_rates(ctx: Context, lo: int, hi: int) -> tuple[dict, tuple[int, int]
             (int(start), int(end)))
 
 
+def one_wait_per_step(w: Waits) -> bool:
+    """Whether the loops' waits look like one per step: the time between them
+    is regular (their median gap accounts for at least half of all of it). A
+    loop whose loader keeps ahead waits now and then, with long gaps between."""
+    for st in w.states:
+        if len(st.waits) < 3:
+            return False
+        gaps = st.waits[1:, 0] - st.waits[:-1, 1]
+        if float(np.median(gaps)) * len(gaps) < 0.5 * float(gaps.sum()):
+            return False
+    return bool(w.states)
+
+
 def make_verdict(ctx: Context, w: Waits) -> dict:
     th = ctx.th("verdict")
     lo, hi = w.window
@@ -101,8 +114,10 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     loop = w.loops[0]
     n = len(loop.producers)
     if loop.how == "worker-processes" and loop.producers:
+        # the loop's own process (a relay thread, its own reads) is not a worker
         n = ctx.one(f"""select count(distinct pid) from threads
-                        where tid in ({', '.join(map(str, loop.producers))})""")[0]
+                        where tid in ({', '.join(map(str, loop.producers))})
+                          and pid != {loop.pid}""")[0]
     who = (f"The training loop (thread {loop.tid} '{loop.name}' of pid {loop.pid}, "
            + HOW_WORDS[loop.how].format(n=n) + ")"
            if len(w.loops) == 1 else f"The {len(w.loops)} training loops")
@@ -122,10 +137,14 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
         nl = len(w.loops)
         need = nl * per_step * bar / (compute * nl / steps)
         v["needed_read_bytes_per_s"] = need
-        v["bytes_per_step"] = per_step
         text += (f" Reads ran at {human_rate(rates['read_bytes_per_s'])} while the dataset was "
-                 f"read; AU {bar:.0%} needs about {human_rate(need)} "
-                 f"({human_bytes(per_step)} per step).")
+                 f"read; AU {bar:.0%} needs about {human_rate(need)}")
+        # the waits count the steps only where the loop waits at every step
+        if one_wait_per_step(w):
+            v["bytes_per_step"] = per_step
+            text += f" ({human_bytes(per_step)} per step)."
+        else:
+            text += "."
     t = ctx.targets
     if t.read_bps:
         ratio = rates["read_bytes_per_s"] / t.read_bps

@@ -137,12 +137,15 @@ def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, ...]]:
 
 
 def _relay_wakes(con, tids: list[int]) -> list[tuple[int, int, int]]:
-    """(waker tid, woken tid, count) of wake-ups inside one process."""
+    """(waker tid, woken tid, count) of wake-ups inside one process (not
+    counting a waker's exit: a thread joined is not a batch handed on)."""
     if not tids:
         return []
     return [tuple(map(int, r)) for r in con.execute(f"""
-        select ret, tid, count(*) from events where op = 'offcpu' and ret > 0
-          and ret != tid and arg = pid and ret in ({",".join(map(str, tids))})
+        select e.ret, e.tid, count(*) from events e left join threads t on t.tid = e.ret
+        where e.op = 'offcpu' and e.ret > 0 and e.ret != e.tid and e.arg = e.pid
+          and e.ret in ({",".join(map(str, tids))})
+          and (t.exit_ns is null or e.ts_ns + e."offset" < t.exit_ns)
         group by all""").fetchall()]
 
 
@@ -173,13 +176,17 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
     for tid, (a, b) in spans.items():
         if b - a < min_span:
             score[tid] = 0
-    # relays: a thread fed by producers that mostly wakes one other thread of its process
-    # (a pin-memory thread). A process's main thread is never a relay: it wakes the
-    # threads that send the loader its next indices, and it is the loop.
+    # relays: a thread fed by producers that mostly wakes one other thread of its
+    # process (a pin-memory thread), or that wakes its process's main thread again
+    # and again (multiprocessing.Pool's result handler: it wakes the main thread
+    # only when that waits, which a loop that computes most of the time seldom
+    # does). A process's main thread is never a relay: it wakes the threads that
+    # send the loader its next indices, and it is the loop.
     for waker, woken, n in sorted(_relay_wakes(con, list(score)), key=lambda r: -r[2]):
-        if waker in score and woken != waker and n >= 0.5 * score[waker] \
-                and waker != threads.get(waker, (None,))[0] \
-                and threads.get(woken, (None,))[0] == threads.get(waker, (None,))[0]:
+        pid = threads.get(waker, (None,))[0]
+        if waker in score and woken != waker and waker != pid \
+                and threads.get(woken, (None,))[0] == pid \
+                and (n >= 0.5 * score[waker] or (woken == pid and n >= th["min_deliveries"])):
             score[woken] = score.get(woken, 0) + score.pop(waker)
             sources.setdefault(woken, set()).update(sources.pop(waker, set()))
             sources[woken].add(("relay", waker))
@@ -661,7 +668,7 @@ def analyse(con, th: dict, t0: int, t1: int,
         lp.episodes = _episodes(tl, lp, t0, t1, th)
     source = "option"
     if window is None:
-        window = detect_window(loops, t0, t1)
+        window = detect_window(loops, t0, t1, con)
         source = "detected" if window else "trace"
         window = window or (t0, t1)
     lo, hi = window
@@ -708,9 +715,13 @@ def analyse(con, th: dict, t0: int, t1: int,
     return Waits(loops, window, source, budget, shares, steps, None, per_loop, states)
 
 
-def detect_window(loops: list[Loop], t0: int, t1: int) -> Optional[tuple[int, int]]:
+def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tuple[int, int]]:
     """From the first data wait of any loop to the end of the last step: the
-    last wait plus the loop's median time between waits (its compute)."""
+    last wait plus the loop's median time between waits (its compute). A loop
+    that seldom waits (its loader keeps ahead) has long gaps between waits,
+    and that guess runs past its end: for a loop fed by worker processes, the
+    first of its workers to exit after its last wait began (the loader shut
+    down once the loop was done with it) ends the window if it comes first."""
     starts, ends = [], []
     for lp in loops:
         e = lp.episodes
@@ -718,7 +729,14 @@ def detect_window(loops: list[Loop], t0: int, t1: int) -> Optional[tuple[int, in
             continue
         starts.append(int(e[0, 0]))
         tail = int(np.median(e[1:, 0] - e[:-1, 1])) if len(e) > 1 else 0
-        ends.append(min(int(e[-1, 1]) + tail, t1))
+        end = min(int(e[-1, 1]) + tail, t1)
+        if con is not None and lp.how == "worker-processes" and lp.producers:
+            shut = con.execute(f"""select min(exit_ns) from threads
+                where tid in ({",".join(map(str, lp.producers))})
+                  and pid != {lp.pid} and exit_ns > {int(e[-1, 0])}""").fetchone()[0]
+            if shut is not None:
+                end = min(end, max(int(shut), int(e[-1, 0])))
+        ends.append(end)
     if not starts:
         return None
     return min(starts), max(ends)

@@ -141,6 +141,29 @@ def test_thread_loader(tmp_path, dataset):
     assert v["loops"][0]["how"] == "loader-threads" and v["status"] == "io-bound"
 
 
+def test_pool_loader_compute_bound(tmp_path, dataset):
+    """multiprocessing.Pool.imap (as examples/train_like.py): its result-handler
+    thread reads every batch from the workers' pipe but wakes the loop only
+    when the loop waits, which a loop that computes seldom does. The loop is
+    still the main thread, not the handler (which would wait 99% of the time)."""
+    truth, v, _ = train(tmp_path, dataset, "--loader", "pool", "--workers", "2",
+                        "--compute", "0.06")
+    check_wait(truth, v)
+    assert v["loops"][0]["how"] == "worker-processes"
+    assert v["loops"][0]["producers"] >= 2
+    share = sum(truth["wait_s"]) / truth["loop_window_s"]
+    assert v["accelerator_utilization"] == pytest.approx(1 - share, abs=0.05)
+    assert "fed by 2 loader worker process(es)" in v["summary"], v["summary"]
+
+
+def test_pool_loader_prep_bound(tmp_path, dataset):
+    truth, v, _ = train(tmp_path, dataset, "--loader", "pool", "--workers", "1",
+                        "--prep", "0.03", "--compute", "0.01", "--compute-kind", "sleep")
+    check_wait(truth, v)
+    assert v["status"] == "io-bound"
+    assert max(v["stall"], key=v["stall"].get) == "prep", v["stall"]
+
+
 def test_throttled_cold_storage_is_fetch_bound(tmp_path, dataset):
     with cold_throttled_reads(dataset, 24 * 1000 * 1000) as prefix:
         truth, v, _ = train(tmp_path, dataset, "--workers", "2", "--compute", "0.01",

@@ -1,6 +1,6 @@
 """A tiny training loop fed by a data loader, timing its own waits for data.
 
-    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|plain] [--workers N]
+    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|plain] [--workers N]
                     [--compute S] [--compute-kind cpu|sleep] [--prep S]
                     [--pin-memory] [--epochs N] [--batch N]
 
@@ -10,6 +10,8 @@ trains a small torch model (or sleeps, with --compute-kind sleep) for
 its own CPU per sample (a stand-in for decoding). Loaders:
   torch    torch.utils.data.DataLoader (worker processes when --workers > 0)
   threads  reader threads filling a queue.Queue (like tf.data or DALI)
+  pool     multiprocessing.Pool.imap, a batch per chunk (its result-handler
+           thread reads the workers' pipe and wakes the loop only when it waits)
   plain    the loop reads the files itself, in order
 Ground truth in OUT_JSON: per step, the time the loop waited for its next
 batch (perf_counter around next()), the compute time, and the window from
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import queue
 import threading
@@ -96,6 +99,24 @@ def thread_batches(files, args):
         yield torch.stack(batch)
 
 
+def pool_sample(job: tuple[str, float]) -> np.ndarray:
+    path, prep_s = job
+    return prep(read_sample(path), prep_s)
+
+
+def pool_batches(files, args):
+    with mp.get_context("fork").Pool(max(args.workers, 1)) as pool:
+        batch = []
+        for arr in pool.imap(pool_sample, [(f, args.prep) for f in files],
+                             chunksize=args.batch):
+            batch.append(torch.from_numpy(arr))
+            if len(batch) == args.batch:
+                yield torch.stack(batch)
+                batch = []
+        if batch:
+            yield torch.stack(batch)
+
+
 def plain_batches(files, args):
     for i in range(0, len(files), args.batch):
         yield torch.stack([torch.from_numpy(prep(read_sample(f), args.prep))
@@ -106,7 +127,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
     ap.add_argument("out")
-    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "plain"))
+    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "pool", "plain"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--compute", type=float, default=0.02)
     ap.add_argument("--compute-kind", default="cpu", choices=("cpu", "sleep"))
@@ -120,7 +141,8 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4096, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    make = {"torch": torch_batches, "threads": thread_batches, "plain": plain_batches}
+    make = {"torch": torch_batches, "threads": thread_batches, "pool": pool_batches,
+            "plain": plain_batches}
     waits, computes, epoch_waits = [], [], []
     first_request = None
     t_start = time.perf_counter()
