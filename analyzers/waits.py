@@ -470,7 +470,7 @@ def _exited(con, side: set, wakers: np.ndarray, at: np.ndarray) -> np.ndarray:
     out = np.zeros(len(wakers), dtype=bool)
     rows = con.execute(f"""select tid, coalesce(start_ns, 0), exit_ns from threads
         where exit_ns is not null and tid in ({",".join(map(str, sorted(side)))})
-        order by tid, start_ns""").fetchall()
+        order by tid, 2""").fetchall()
     for tid in {r[0] for r in rows}:
         life = np.array([(s, e) for t, s, e in rows if t == tid], dtype=np.int64)
         m = wakers == tid
