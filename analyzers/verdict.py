@@ -50,10 +50,11 @@ def _measured(ctx: Context, lo: int, hi: int) -> tuple[dict, tuple[int, int]]:
 
 
 def _window_rates(ctx: Context, lo: int, hi: int) -> tuple[dict, tuple[int, int]]:
-    rd, wr = ctx.one(f"""
-        select coalesce(sum(nbytes) filter (where dir = 'read'), 0),
-               coalesce(sum(nbytes) filter (where dir = 'write'), 0)
-        from all_data_io where ts_ns >= {lo} and ts_ns < {hi}""")
+    # reads through memory maps too (data_reads)
+    rd = ctx.one(f"""select coalesce(sum(nbytes), 0) from data_reads
+                     where ts_ns >= {lo} and ts_ns < {hi}""")[0]
+    wr = ctx.one(f"""select coalesce(sum(nbytes), 0) from all_data_io
+                     where dir = 'write' and ts_ns >= {lo} and ts_ns < {hi}""")[0]
     first, last = ctx.one(f"""
         select min(ts_ns), max(ts_ns + dur_ns) from events
         where file_id in (select file_id from data_files) and op != 'offcpu'
@@ -200,10 +201,10 @@ def epochs(ctx: Context, w: Waits) -> list[dict]:
         spans = list(zip(bounds, bounds[1:]))
     # dataset bytes read per epoch, in one range join
     rd = dict(ctx.rows(f"""
-        select k, sum(nbytes) from all_data_io d
+        select k, sum(nbytes) from data_reads d
         join (values {', '.join(f'({k}, {s}, {e})' for k, (s, e) in enumerate(spans))})
              as ep(k, s, e) on d.ts_ns >= ep.s and d.ts_ns < ep.e
-        where d.dir = 'read' and d.file_id in (select file_id from data_files)
+        where d.file_id in (select file_id from data_files)
         group by k""")) if spans else {}
     for k, (s, e) in enumerate(spans):
         span = max(e - s, 1)

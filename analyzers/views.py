@@ -30,6 +30,10 @@ def pseudo_fs_sql() -> str:
 
 
 # Paths that are not the job's data: code, libraries, kernel and system files.
+# Bytes of a file a read fault makes readable: a minor fault maps the cached
+# pages around it (the kernel's fault_around_bytes, 64 KiB by default), a
+# major one the page it waited for (its neighbours, read ahead, fault again).
+FAULT_MAPS_MINOR, FAULT_MAPS_MAJOR = 65536, 4096
 NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
                r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
 
@@ -181,15 +185,27 @@ def _shared_views(con) -> None:
         select * from all_io where ret >= 0 and file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     # User page faults on mappings of the job's data files (reads of memory,
-    # not writes): `brought` = bytes the fault added to the page cache for
+    # not writes, nor instruction fetches from a mapped program: error code
+    # bits 1 and 4): `brought` = bytes the fault added to the page cache for
     # the file (0: minor, the page was cached), `dur_ns` = the thread's stall.
     con.execute(f"""
         create or replace temp view data_faults as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e."offset" as off, e.ret as brought,
                e.ret > 0 as major, e.file_id, f.path
         from events e join files f using (file_id)
-        where e.op = 'page_fault' and e.flags & 2 = 0 and e.file_id >= 0
+        where e.op = 'page_fault' and e.flags & 18 = 0 and e.file_id >= 0
           and not regexp_matches(coalesce(f.path, ''), '{NOT_DATA_RE}')""")
+    # What the job read of its data files, through calls or through memory
+    # maps (a loader over memory-mapped Arrow or numpy files reads by
+    # faulting): a fault counts the bytes it made readable (an estimate)
+    con.execute(f"""
+        create or replace temp view data_reads as
+        select ts_ns, pid, tid, file_id, path, nbytes from all_data_io where dir = 'read'
+        union all
+        select ts_ns, pid, tid, file_id, path,
+               case when major then greatest(brought, {FAULT_MAPS_MAJOR}) else {FAULT_MAPS_MINOR} end
+                   as nbytes
+        from data_faults""")
     con.execute(f"""
         create or replace temp view meta_ops as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e.fd_kind, e.flags, e.file_id,

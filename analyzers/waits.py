@@ -98,7 +98,7 @@ def _threads(con) -> dict[int, tuple[int, str]]:
 
 def _producers(con, th: dict) -> dict[int, int]:
     """{tid: dataset bytes read} of threads that read at least the minimum share."""
-    rows = con.execute("""select tid, sum(nbytes) from all_data_io where dir = 'read'
+    rows = con.execute("""select tid, sum(nbytes) from data_reads
                           group by tid having sum(nbytes) > 0""").fetchall()
     tot = sum(int(b) for _, b in rows)
     if tot < th["min_dataset_bytes"]:
@@ -160,8 +160,8 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
     score: dict[int, int] = {}
     sources: dict[int, set] = {}
     # a consumer gets batches while the dataset is read, not only at start-up
-    first, last = con.execute("""select min(ts_ns), max(ts_ns) from all_data_io where dir = 'read'
-                                 and file_id in (select file_id from data_files)""").fetchone()
+    first, last = con.execute("""select min(ts_ns), max(ts_ns) from data_reads
+                                 where file_id in (select file_id from data_files)""").fetchone()
     if first is None:   # reads, but none of a data set (many small files, none named)
         return _checkpoint_only(con, threads)
     min_span = th["min_delivery_span"] * (last - first)
@@ -641,7 +641,7 @@ def create_file_sets(con) -> None:
     # bytes per file first, the directory per file (not per read) after
     con.execute("""create or replace temp table data_files as
                    with fb as (select file_id, path, sum(nbytes) as b
-                               from all_data_io where dir = 'read' group by file_id, path),
+                               from data_reads group by file_id, path),
                         f as (select file_id, coalesce(regexp_replace(path, '/[^/]*$', ''),
                                                        '#' || file_id) as d, b
                               from fb),

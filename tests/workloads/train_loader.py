@@ -1,6 +1,6 @@
 """A tiny training loop fed by a data loader, timing its own waits for data.
 
-    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|plain] [--workers N]
+    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|hf|plain] [--workers N]
                     [--compute S] [--compute-kind cpu|sleep] [--prep S]
                     [--pin-memory] [--epochs N] [--batch N]
 
@@ -12,6 +12,8 @@ its own CPU per sample (a stand-in for decoding). Loaders:
   threads  reader threads filling a queue.Queue (like tf.data or DALI)
   pool     multiprocessing.Pool.imap, a batch per chunk (its result-handler
            thread reads the workers' pipe and wakes the loop only when it waits)
+  hf       a Hugging Face dataset (Arrow, memory-mapped: read by page faults)
+           made from the samples by `--make-hf` (untraced), behind a DataLoader
   plain    the loop reads the files itself, in order
 Ground truth in OUT_JSON: per step, the time the loop waited for its next
 batch (perf_counter around next()), the compute time, and the window from
@@ -117,6 +119,22 @@ def pool_batches(files, args):
             yield torch.stack(batch)
 
 
+def make_hf(data: str) -> None:
+    import datasets
+    files = sorted(str(p) for p in Path(data).glob("sample_*.bin"))
+    ds = datasets.Dataset.from_dict({"x": [np.frombuffer(Path(f).read_bytes(), dtype=np.uint8)
+                                           for f in files]})
+    ds.save_to_disk(str(Path(data) / "hf"))
+
+
+def hf_batches(files, args):
+    import datasets
+    ds = datasets.load_from_disk(str(Path(args.data) / "hf")).with_format("torch")
+    return torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=args.workers,
+                                       shuffle=False, collate_fn=lambda rows: torch.stack(
+                                           [r["x"].float()[:4096] / 255.0 for r in rows]))
+
+
 def plain_batches(files, args):
     for i in range(0, len(files), args.batch):
         yield torch.stack([torch.from_numpy(prep(read_sample(f), args.prep))
@@ -127,7 +145,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
     ap.add_argument("out")
-    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "pool", "plain"))
+    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "pool", "hf", "plain"))
+    ap.add_argument("--make-hf", action="store_true", help="make DATA_DIR/hf and exit")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--compute", type=float, default=0.02)
     ap.add_argument("--compute-kind", default="cpu", choices=("cpu", "sleep"))
@@ -141,8 +160,10 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4096, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    if args.make_hf:
+        return make_hf(args.data)
     make = {"torch": torch_batches, "threads": thread_batches, "pool": pool_batches,
-            "plain": plain_batches}
+            "hf": hf_batches, "plain": plain_batches}
     waits, computes, epoch_waits = [], [], []
     first_request = None
     t_start = time.perf_counter()
