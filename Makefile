@@ -39,8 +39,14 @@ deps:
 
 # The tests also trace real h5py and PyTorch (CPU) workloads: torch's wheels
 # are large (~3.5 GB with their CUDA dependencies), so only `make test` installs them.
+# Hugging Face `datasets` (a DataLoader over its memory-mapped Arrow files) is
+# installed after the rest, with its own dependencies named: in one resolve
+# with the object-storage clients, pip backtracked for minutes over fsspec's pins.
 $(VENV)/.workloads: $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[test,workloads,vm,spark,objstore]'
+	$(VENV)/bin/pip install -q 'dill>=0.3,<0.4.2' 'multiprocess<0.70.20' xxhash \
+		'huggingface-hub>=1.31,<3'
+	$(VENV)/bin/pip install -q --no-deps 'datasets==5.2.0'
 	touch $@
 
 # DLIO with its PyTorch loader only (no TensorFlow/DALI): see tests/dlio/install.sh.
