@@ -29,11 +29,11 @@ def pseudo_fs_sql() -> str:
                 or (file_id < 0 and regexp_matches(coalesce(path, ''), '{PSEUDO_PATH_RE}')))""")
 
 
-# Paths that are not the job's data: code, libraries, kernel and system files.
 # Bytes of a file a read fault makes readable: a minor fault maps the cached
 # pages around it (the kernel's fault_around_bytes, 64 KiB by default), a
 # major one the page it waited for (its neighbours, read ahead, fault again).
 FAULT_MAPS_MINOR, FAULT_MAPS_MAJOR = 65536, 4096
+# Paths that are not the job's data: code, libraries, kernel and system files.
 NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
                r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
 

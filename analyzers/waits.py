@@ -106,6 +106,13 @@ def _producers(con, th: dict) -> dict[int, int]:
     return {int(t): int(b) for t, b in rows if b >= th["min_producer_share"] * tot}
 
 
+# An off-CPU row (alias e) with its waker's thread row (t), and whether the
+# waker was still alive at the wake-up: a wake-up by a thread that had already
+# exited is that thread ending (a join), not a batch handed over.
+WAKER_JOIN = "left join threads t on t.tid = e.ret"
+WAKER_ALIVE = """(t.exit_ns is null or e.ts_ns + e."offset" < t.exit_ns)"""
+
+
 def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, ...]]:
     """(consumer tid, producer pid, count, first ts, last ts): reads and polls
     of a thread on a pipe that threads of another, producing process write to
@@ -128,10 +135,9 @@ def _deliveries(con, prod: dict, threads: dict) -> list[tuple[int, ...]]:
         group by all""").fetchall()
     wakes = con.execute(f"""
         select e.tid, e.arg as wpid, count(*), min(e.ts_ns), max(e.ts_ns)
-        from events e left join threads t on t.tid = e.ret
+        from events e {WAKER_JOIN}
         where e.op = 'offcpu' and e.ret > 0 and e.ret != e.tid
-          and e.arg = e.pid and e.ret in {pt}
-          and (t.exit_ns is null or e.ts_ns + e."offset" < t.exit_ns)
+          and e.arg = e.pid and e.ret in {pt} and {WAKER_ALIVE}
         group by all""").fetchall()
     return [tuple(map(int, r)) for r in flows + wakes]
 
@@ -142,10 +148,9 @@ def _relay_wakes(con, tids: list[int]) -> list[tuple[int, int, int]]:
     if not tids:
         return []
     return [tuple(map(int, r)) for r in con.execute(f"""
-        select e.ret, e.tid, count(*) from events e left join threads t on t.tid = e.ret
+        select e.ret, e.tid, count(*) from events e {WAKER_JOIN}
         where e.op = 'offcpu' and e.ret > 0 and e.ret != e.tid and e.arg = e.pid
-          and e.ret in ({",".join(map(str, tids))})
-          and (t.exit_ns is null or e.ts_ns + e."offset" < t.exit_ns)
+          and e.ret in ({",".join(map(str, tids))}) and {WAKER_ALIVE}
         group by all""").fetchall()]
 
 
