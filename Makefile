@@ -21,8 +21,13 @@ PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
 PKG_BIN := userspace/iotrace/bin/iotrace-recorder
+# The Python stack sampler (Rust, py-spy as a library): rustup's cargo, which
+# sudo's PATH may not hold
+CARGO ?= $(shell command -v cargo 2>/dev/null || ls $(HOME)/.cargo/bin/cargo /root/.cargo/bin/cargo 2>/dev/null | head -1)
+PYSAMPLER := userspace/pysampler/target/release/iotrace-pysampler
+PKG_SAMPLER := userspace/iotrace/bin/iotrace-pysampler
 
-.PHONY: all deps test-deps venv build test test-vm demo bench clean
+.PHONY: all deps test-deps venv build sampler test test-vm demo bench clean
 
 all: deps build venv
 
@@ -71,7 +76,21 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed $(PKG_BIN)
 
-build: $(RECORDER) $(PKG_BIN)
+build: $(RECORDER) $(PKG_BIN) sampler
+
+# Without cargo iotrace still traces; the verdict is then the kernel's alone
+# (no Python stacks), and `iotrace doctor` says so.
+sampler:
+	@if [ -z "$(CARGO)" ]; then \
+		echo "make: no cargo (Rust): building without the Python stack sampler; install Rust (rustup) and run make again" >&2; \
+	else $(MAKE) --no-print-directory $(PKG_SAMPLER); fi
+
+$(PYSAMPLER): userspace/pysampler/Cargo.toml userspace/pysampler/Cargo.lock userspace/pysampler/src/*.rs
+	cd userspace/pysampler && $(CARGO) build --release --locked --quiet
+
+$(PKG_SAMPLER): $(PYSAMPLER)
+	@mkdir -p $(dir $@)
+	cp $< $@.tmp && mv -f $@.tmp $@
 
 $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
@@ -114,6 +133,7 @@ $(PKG_BIN): $(RECORDER)
 	cp $< $@.tmp && mv -f $@.tmp $@
 
 test: all test-deps $(VENV)/.workloads $(VENV)/.dlio
+	@test -x $(PKG_SAMPLER) || { echo "make test: the Python stack sampler is not built (cargo missing?)" >&2; exit 1; }
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS) tests
 
@@ -132,4 +152,4 @@ bench: all
 	$(PY) bench/verbs_uprobe.py
 
 clean:
-	rm -rf $(BUILD) $(PKG_BIN) $(VENV) *.egg-info
+	rm -rf $(BUILD) $(PKG_BIN) $(PKG_SAMPLER) userspace/pysampler/target $(VENV) *.egg-info

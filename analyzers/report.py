@@ -14,11 +14,12 @@ from .registry import all_rules
 from .thresholds import load_thresholds
 from .verdict import make_verdict
 from .views import create_views, uncache_events
+from .loader_frame import THRESHOLDS as LOADER_THRESHOLDS
 from .waits import THRESHOLDS as WAIT_THRESHOLDS, analyse
 
 # The verdict's thresholds, overridable like a rule's ([verdict] in the TOML file).
 VERDICT = Rule(id="verdict", title="Verdict", question="Does the training loop wait for data?",
-               thresholds=WAIT_THRESHOLDS, run=lambda ctx: [])
+               thresholds={**WAIT_THRESHOLDS, **LOADER_THRESHOLDS}, run=lambda ctx: [])
 
 REPORT_SCHEMA = "iotrace-report/1"
 
@@ -59,7 +60,8 @@ class Report:
 def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
                  only: Optional[list[str]] = None,
                  window_s: Optional[tuple[float, float]] = None,
-                 progress: Optional[Callable[[str], None]] = None) -> Report:
+                 progress: Optional[Callable[[str], None]] = None,
+                 loader_frame: Optional[str] = None) -> Report:
     """window_s: (start, end) seconds from the trace's first event, to
     override the detected training window. progress: called with what the
     report does next (the events, the loop's waits, each rule, the verdict),
@@ -71,14 +73,14 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
     say("reading the events")
     cached = create_views(con)
     try:
-        return _build(trace, targets, rules, thresholds, only, window_s, say)
+        return _build(trace, targets, rules, thresholds, only, window_s, say, loader_frame)
     finally:
         uncache_events(con, cached)
 
 
 def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
            only: Optional[list[str]], window_s: Optional[tuple[float, float]],
-           say: Callable[[str], None]) -> Report:
+           say: Callable[[str], None], loader_frame: Optional[str] = None) -> Report:
     con = trace.con
     t0, t1 = con.execute("select min(ts_ns), max(ts_ns + dur_ns) from events "
                          "where op != 'offcpu'").fetchone()
@@ -93,7 +95,7 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
         window = (ctx.t0_ns + int(window_s[0] * 1e9),
                   min(ctx.t0_ns + int(window_s[1] * 1e9), ctx.t1_ns))
     say("the training loop's waits")
-    waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window)
+    waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window, loader_frame)
     ctx.window = waits.window
     ctx.loop_tids = tuple(lp.tid for lp in waits.loops)
     findings: list[Finding] = []

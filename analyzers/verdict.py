@@ -21,7 +21,8 @@ STALL_WORDS = {"fetch": "blocked in storage reads (fetch)",
                "prep": "on CPU preparing samples (prep)",
                "cpu_starved": "runnable but without a CPU (cpu-starved)",
                "transfer": "handing batches to the loop (transfer)",
-               "other": "waiting on something else (other)"}
+               "other": "waiting on something else (other)",
+               "loop_cpu": "the loop itself on CPU inside the loader (loop-cpu)"}
 HOW_WORDS = {"worker-processes": "fed by {n} loader worker process(es)",
              "loader-threads": "fed by {n} loader thread(s) of its process",
              "self-loading": "reads its data itself",
@@ -123,12 +124,26 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
            + HOW_WORDS[loop.how].format(n=n) + ")"
            if len(w.loops) == 1 else f"The {len(w.loops)} training loops")
     bar = th["au_target"]
-    text = (f"{who} waited for data {share:.0%} of the {win:.1f} s training window "
-            f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
+    if loop.loader is not None:
+        lf = loop.loader
+        how = {"known": f"the {lf.what}'s", "option": "the given", "data": "found from the data:"}
+        text = (f"{who} spent {share:.0%} of the {win:.1f} s training window inside its loader's "
+                f"next() ({how[lf.source]} {lf.label()}), waiting for data "
+                f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
+    else:
+        text = (f"{who} waited for data {share:.0%} of the {win:.1f} s training window "
+                f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     if w.budget["data_wait"] > 0 and loop.how != "checkpoint-only":
         top = sorted(((k, x) for k, x in w.stall.items() if x > 0), key=lambda kv: -kv[1])[:2]
-        text += " During those waits the producers were " + " and ".join(
-            f"{STALL_WORDS[k]} {x:.0%}" for k, x in top) + " of the time."
+        text += " During those waits " + " and ".join(
+            ("" if k == "loop_cpu" else "the producers were ") + f"{STALL_WORDS[k]} {x:.0%}"
+            for k, x in top) + " of the time."
+        names = _named_prep(w.per_loop[0], dict(top))
+        if names:
+            text += " " + names
+    if not w.stacks:
+        v["stacks_note"] = stacks_note(ctx)
+        text += " " + v["stacks_note"]
     steps = max(w.steps, 1)
     compute = w.budget["compute"]
     if rates["bytes_read"] and compute > 0:
@@ -161,6 +176,33 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     v["summary"] = text + drops_note
     v["budget_line"] = budget_line(w)
     return v
+
+
+def _named_prep(loop: dict, top: dict) -> str:
+    """'Prep: PIL ImageFile.load 41%, ...' for the loop's own CPU in the loader
+    and its producers' CPU, where the stacks name them."""
+    out = []
+    for key, field in (("loop_cpu", "loop_cpu_top"), ("prep", "prep_top")):
+        funcs = loop.get(field) or []
+        if key in top and funcs:
+            out.append(f"{'In the loop' if key == 'loop_cpu' else 'Prep'}: " + ", ".join(
+                f"{f['function']} ({f['file']}) {f['share']:.0%}" for f in funcs[:3]) + ".")
+    return " ".join(out)
+
+
+def stacks_note(ctx: Context) -> str:
+    """Why the verdict is the kernel's alone: no Python stacks in the trace."""
+    ps = ctx.meta.get("py_stacks")
+    if not ps:
+        why = "the trace has no Python stacks (traced with --py-stacks 0, or by an older iotrace)"
+    elif ps.get("error"):
+        why = f"no Python stacks: {ps['error']}"
+    elif ps.get("processes_not_sampled") and not ps.get("processes_sampled"):
+        why = "no Python stacks: " + next(iter(ps["processes_not_sampled"].values()))
+    else:
+        why = "no Python stacks of the loop (it is not Python)"
+    return (f"Kernel-only verdict ({why}): time the loop spends on its own CPU inside its "
+            "loader (decoding, unpickling) counts as compute.")
 
 
 def window_drops(ctx: Context, v: dict, lo: int, hi: int) -> str:

@@ -34,6 +34,8 @@ from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, RE
                          RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
 
 from . import intervals as ivl
+from . import loader_frame
+from .loader_frame import LoaderFrame
 from .views import mem_available
 
 AF_UNIX = 1
@@ -46,7 +48,9 @@ THRESHOLDS = {
     "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
     "au_target": 0.90,            # MLPerf Storage's accelerator-utilisation bar
 }
-STALL_KEYS = ("fetch", "prep", "cpu_starved", "transfer", "other")
+# loop_cpu: the loop itself on CPU inside its loader's next() (decoding,
+# unpickling, collating in its own thread): seen only with Python stacks
+STALL_KEYS = ("fetch", "prep", "cpu_starved", "transfer", "other", "loop_cpu")
 # painter layers, lowest priority first (label = index + 1); 0 = on CPU
 IDLE, OTHER, TRANSFER, FETCH, STARVED = 1, 2, 3, 4, 5
 LABEL_STALL = {OTHER: "other", TRANSFER: "transfer", FETCH: "fetch", STARVED: "cpu_starved"}
@@ -60,6 +64,11 @@ class Loop:
     how: str                                   # worker-processes | loader-threads | self-loading | checkpoint-only
     producers: list[int] = field(default_factory=list)    # producer-side thread ids
     episodes: np.ndarray = field(default_factory=lambda: ivl.EMPTY.copy())
+    # the waits the kernel shows alone (blocked for a producer, its own reads);
+    # episodes adds the time in the loader frame where Python stacks show it
+    kernel_waits: np.ndarray = field(default_factory=lambda: ivl.EMPTY.copy())
+    loader: Optional[LoaderFrame] = None
+    loader_why: str = ""                      # why no loader frame, where none
 
 
 @dataclass
@@ -73,6 +82,7 @@ class Waits:
     reason: Optional[str] = None
     per_loop: list[dict] = field(default_factory=list)
     states: list[LoopStates] = field(default_factory=list)
+    stacks: bool = False                       # the trace has Python stacks
 
 
 @dataclass
@@ -85,7 +95,7 @@ class LoopStates:
     tid: int
     name: str
     waits: np.ndarray                          # (n, 2) start, end ns
-    causes: np.ndarray                         # (n, 5) ns by cause
+    causes: np.ndarray                         # (n, len(STALL_KEYS)) ns by cause
     wakers: np.ndarray                         # (n, 3) tid, pid, ns
     checkpoints: np.ndarray                    # (m, 2) start, end ns
 
@@ -557,7 +567,7 @@ def _per_episode(eps: np.ndarray, iv: np.ndarray) -> np.ndarray:
 
 
 def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
-    """Ns of each data wait by cause ((n, 5), columns in STALL_KEYS order),
+    """Ns of each data wait by cause ((n, len(STALL_KEYS)), in STALL_KEYS order),
     and (tids, call ts, ns): arrays of the wait attributed to each producer call.
     While the loop is blocked, each instant is shared equally among the
     producer-side threads that are active then (not idle); the loop's own
@@ -658,8 +668,32 @@ def create_file_sets(con) -> None:
                    group by file_id having sum(nbytes) >= 1048576""")
 
 
+def _in_loader(con, lp: Loop, t0: int, t1: int, th: dict, override: Optional[str]) -> None:
+    """With Python stacks: the loop's loader frame, and its data waits widened
+    to the time it spent in that frame (loader_frame.py)."""
+    lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
+    lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, lth, override)
+    if lp.loader:
+        inside = ivl.clip(loader_frame.time_inside(con, lp.tid, lp.loader), t0, t1)
+        lp.episodes = ivl.union(np.concatenate([lp.kernel_waits, inside]),
+                                int(th["merge_gap_ms"] * 1e6))
+
+
+def _loop_cpu(tl: Timelines, lp: Loop, eps: np.ndarray) -> np.ndarray:
+    """Ns per episode the loop was on CPU in its loader frame outside the
+    waits the kernel shows (the loop's own decoding, unpickling, collating)."""
+    if len(eps) == 0 or lp.loader is None:
+        return np.zeros(len(eps))
+    lo, hi = int(eps[0, 0]), int(eps[-1, 1])
+    off = tl.offcpu(lp.tid, lo, hi)
+    extra = ivl.subtract(ivl.union(eps), ivl.union(lp.kernel_waits))
+    on = ivl.subtract(extra, ivl.union(ivl.as_iv(off["ts_ns"], off["end_ns"])))
+    return _per_episode(eps, on)
+
+
 def analyse(con, th: dict, t0: int, t1: int,
-            window: Optional[tuple[int, int]] = None) -> Waits:
+            window: Optional[tuple[int, int]] = None,
+            loader_override: Optional[str] = None) -> Waits:
     create_file_sets(con)
     con.execute("create or replace temp table wait_cost (tid integer, ts_ns bigint, cost_ns double)")
     prod = _producers(con, th)
@@ -669,8 +703,11 @@ def analyse(con, th: dict, t0: int, t1: int,
     tl = Timelines(con)
     loop_tids = {lp.tid for lp in loops}
     tl.load(loop_tids)
+    stacks = loader_frame.have_stacks(con)
     for lp in loops:
-        lp.episodes = _episodes(tl, lp, t0, t1, th)
+        lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
+        if stacks and lp.how != "checkpoint-only":
+            _in_loader(con, lp, t0, t1, th, loader_override)
     source = "option"
     if window is None:
         window = detect_window(loops, t0, t1, con)
@@ -690,6 +727,15 @@ def analyse(con, th: dict, t0: int, t1: int,
         tl.load(lp.producers)
         b, ck = loop_budget(tl, lp, eps, lo, hi)
         per, cost = stall_causes(tl, lp, eps, readers)
+        if lp.loader is not None:
+            lc, prep, xfer = (STALL_KEYS.index(k) for k in ("loop_cpu", "prep", "transfer"))
+            if lp.how == "self-loading":     # the loop is its own producer: its prep is in-loop
+                per[:, lc] += per[:, prep]
+                per[:, prep] = 0.0
+            else:                            # its time on CPU was counted as transfer
+                mine = _loop_cpu(tl, lp, eps)
+                per[:, xfer] -= np.minimum(mine, per[:, xfer])
+                per[:, lc] += mine
         costs.append(cost)
         for k in budget:
             budget[k] += b[k]
@@ -701,6 +747,7 @@ def analyse(con, th: dict, t0: int, t1: int,
         steps += n
         per_loop.append({"pid": lp.pid, "tid": lp.tid, "thread": lp.name, "how": lp.how,
                          "producers": len(lp.producers), "data_waits": n,
+                         **_loader_info(con, lp, eps, lo, hi),
                          **{f"{k}_s": round(v, 6) for k, v in b.items()},
                          "data_wait_share": b["data_wait"] / b["window"] if b["window"] else None})
     tot = sum(stall.values())
@@ -717,7 +764,24 @@ def analyse(con, th: dict, t0: int, t1: int,
         con.unregister("wait_cost_in")
     nl = len(loops)
     budget = {k: v / nl for k, v in budget.items()}     # the mean loop
-    return Waits(loops, window, source, budget, shares, steps, None, per_loop, states)
+    return Waits(loops, window, source, budget, shares, steps, None, per_loop, states, stacks)
+
+
+def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
+    """The loader frame, the kernel-only wait, and the functions the loop ran
+    on CPU inside the loader and its producers ran while it waited."""
+    kernel = ivl.total(ivl.clip(lp.kernel_waits, lo, hi)) / 1e9
+    if lp.loader is None:
+        return {"loader_frame": None, "loader_frame_why": lp.loader_why or None,
+                "data_wait_kernel_s": round(kernel, 6)}
+    extra = ivl.subtract(ivl.union(eps), ivl.union(lp.kernel_waits))
+    side = [t for t in lp.producers if t != lp.tid]
+    return {"loader_frame": {"function": lp.loader.function, "file": lp.loader.file,
+                             "source": lp.loader.source, "what": lp.loader.what or None,
+                             "entries_seen": lp.loader.runs},
+            "data_wait_kernel_s": round(kernel, 6),
+            "loop_cpu_top": loader_frame.top_functions(con, [lp.tid], extra),
+            "prep_top": loader_frame.top_functions(con, side, eps)}
 
 
 def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tuple[int, int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -204,6 +205,15 @@ def tls_args(tls_libs: tuple, no_tls: bool) -> list[str]:
     return args
 
 
+def py_stacks_rate(hz: Optional[int], profile: bool) -> int:
+    """Python stack samples a second: --py-stacks, else 100 (none for a profile,
+    whose jobs run for days)."""
+    from .pystacks import DEFAULT_RATE_HZ
+    if hz is None:
+        return 0 if profile else DEFAULT_RATE_HZ
+    return hz
+
+
 def recorder_tuning(ringbuf_mb: int, verbs_lib: Optional[str], no_verbs: bool) -> list[str]:
     args = ["--ringbuf-mb", str(ringbuf_mb)]
     if no_verbs:
@@ -350,7 +360,8 @@ def step_status(label: str, show: bool = True):
 
 
 def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
-                verbose=False, engine: Engine = DUCKDB, from_events=False) -> int:
+                verbose=False, engine: Engine = DUCKDB, from_events=False,
+                loader_frame: Optional[str] = None) -> int:
     """Builds and writes the report; returns the --fail-on exit status."""
     from .analyzers.report import build_report
     from .traceset import is_trace_set
@@ -369,7 +380,7 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
     else:
         with step_status(f"iotrace report {trace_dir}") as step:
             report = build_report(trace, targets, config, window_s=parse_window(window),
-                                  progress=step)
+                                  progress=step, loader_frame=loader_frame)
     if fmt == "text":
         from .viewers.text import render_text
         render_text(report, _report_console(output, 100), verbose=verbose)
@@ -467,6 +478,16 @@ profile_option = click.option(
          "See docs/profile.md.")
 
 
+py_stacks_option = click.option(
+    "--py-stacks", "py_stacks", default=None, type=click.IntRange(0, 1000), metavar="HZ",
+    help="Sample the Python call stacks of every thread of the job's Python processes this "
+         "many times a second, on the trace's clock (pystacks.parquet; 0: none). The "
+         "verdict then counts a data wait as the time the training loop spends inside "
+         "its loader's next(), on CPU or blocked, and names the functions that prepare "
+         "the data. Read from outside (py-spy), with no code change and no pause of the "
+         "job. Default: 100, none with --profile.")
+
+
 def verbs_lib_option(f):
     f = click.option(
         "--no-verbs", is_flag=True,
@@ -504,6 +525,7 @@ def tls_option(f):
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
 @profile_option
+@py_stacks_option
 @verbs_lib_option
 @tls_option
 @click.option("--also-pid", "also_pids", metavar="PID", type=int, multiple=True,
@@ -522,7 +544,7 @@ def tls_option(f):
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
+def run(out, force, quiet, ringbuf_mb, profile, py_stacks, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
         fuse_daemons, no_node_summary, redact, want_report, want_perfetto, target_read,
         target_write, gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
@@ -584,7 +606,8 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
     meta["options"]["redact"] = len(redact)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
                       run_mode=True, attach_pids=extra, env=env,
-                      owner=(user.uid, user.gid) if user else None, profile=profile)
+                      owner=(user.uid, user.gid) if user else None, profile=profile,
+                      py_rate=py_stacks_rate(py_stacks, profile))
 
     presses = {"n": 0}
 
@@ -644,11 +667,13 @@ def run(out, force, quiet, ringbuf_mb, profile, verbs_lib, no_verbs, tls_lib, no
 @click.option("-q", "--quiet", is_flag=True, help="No live status line and no summary.")
 @ringbuf_option
 @profile_option
+@py_stacks_option
 @verbs_lib_option
 @tls_option
 @node_summary_option
 @redact_option
-def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profile, verbs_lib,
+def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profile, py_stacks,
+           verbs_lib,
            no_verbs,
            tls_lib, no_tls, no_node_summary, redact) -> None:
     """Trace a running process and its present and future descendants.
@@ -711,7 +736,8 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
     status = StatusLine(quiet)
     session = Session(out=outdir, recorder_args=args, meta=meta, on_progress=status,
                       run_mode=False, attach_pids=roots,
-                      owner=(user.uid, user.gid) if user else None, profile=profile)
+                      owner=(user.uid, user.gid) if user else None, profile=profile,
+                      py_rate=py_stacks_rate(py_stacks, profile))
 
     def on_stop(signum, frame):
         session.signal_recorder(signal.SIGINT)
@@ -738,6 +764,12 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
 @click.option("--window", metavar="START:END",
               help="Judge only this part of the trace (seconds from its first event, "
                    "e.g. 30:330 or 30:), instead of the detected training window.")
+@click.option("--loader-frame", metavar="MODULE:FUNCTION",
+              help="The Python function that is the training loop's loader next(), e.g. "
+                   "mypkg.data:Batches.__next__ (module as imported, function or qualified "
+                   "name). Default: a known loader's (PyTorch DataLoader, tf.data, DALI, "
+                   "Hugging Face), else the frame the loop is in while the kernel sees it "
+                   "wait. Needs a trace with Python stacks (run --py-stacks).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Text format: show every finding's evidence, files and processes.")
 @click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
@@ -751,7 +783,7 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
               help="A trace set: analyse every node's raw events, not the node summaries "
                    "written at the end of each trace.")
 def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on,
-           window, verbose, engine, spark_master, from_events):
+           window, loader_frame, verbose, engine, spark_master, from_events):
     """Say whether the training loop waits for data, why, and what to change.
 
     \b
@@ -779,8 +811,11 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
         fail("--spark-master is for --engine spark")
     if engine != "spark":
         without_pandas()
+    if loader_frame and not re.fullmatch(r"[\w.]+:[\w.<>]+", loader_frame):
+        fail(f"--loader-frame {loader_frame!r}: give MODULE:FUNCTION, e.g. "
+             "torch.utils.data.dataloader:_BaseDataLoaderIter.__next__")
     sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose,
-                         Engine(engine, spark_master), from_events))
+                         Engine(engine, spark_master), from_events, loader_frame))
 
 
 @cli.command(context_settings=CONTEXT)

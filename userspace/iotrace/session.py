@@ -30,6 +30,7 @@ from .convert import convert, read_segment
 from .errors import IotraceError, EXIT_ENV, EXIT_TRACE
 from .model import Model
 from .profile import write_profile
+from .pystacks import PySampler
 from .tracedir import TraceWriter
 
 TABLES_EVERY_S = 2.0
@@ -86,6 +87,7 @@ class Session:
     env: Optional[dict] = None
     owner: Optional[tuple[int, int]] = None
     profile: bool = False     # --profile: calls summed in kernel (profile.py)
+    py_rate: int = 0          # Python stack samples a second (pystacks.py); 0: none
 
     def __post_init__(self) -> None:
         self.spool = self.out / ".spool"
@@ -110,6 +112,7 @@ class Session:
         self.final_write_error: Optional[str] = None
         self._profile_stamp: Optional[tuple] = None   # profile files last converted
         self.orphan_status: Optional[int] = None     # the job's, if the recorder died
+        self.pysampler = PySampler(self.spool, self.py_rate) if self.py_rate else None
 
     # ---- recorder process -------------------------------------------------
 
@@ -182,6 +185,12 @@ class Session:
                 if pid not in self.model.procs:
                     procfs.snapshot_process(self.model, pid, ts)
         self._snapshot()                      # readable from the start
+        if self.pysampler:                    # before the job starts: it sees its start
+            roots = ([self.ready["pid"]] if self.run_mode else []) + list(self.attach_pids)
+            if roots:
+                self.pysampler.start(roots)
+            else:
+                self.pysampler.error = "no process to sample: a followed cgroup's are not"
         if self._go_w >= 0:                   # the job may start now
             try:
                 os.write(self._go_w, b"g")
@@ -445,6 +454,8 @@ class Session:
             (self.spool / RESERVE_NAME).unlink()
         except OSError:
             pass
+        if self.pysampler:
+            self.pysampler.stop()
         self._convert_ready(progress)
         if self.stop_error():
             # What is left in the spool cannot be converted: free its space so
@@ -529,6 +540,11 @@ class Session:
             if self.profile and not self.stop_error():
                 meta_updates.update(write_profile(self.spool, self.out, self.model, self.owner))
             self.writer.write_tables(self.model)
+            if self.pysampler:
+                meta_updates["py_stacks"] = self.pysampler.write_tables(self.out)
+                for name in ("pystacks", "pyframes"):
+                    if (self.out / f"{name}.parquet").exists():
+                        self.writer._own(self.out / f"{name}.parquet")
             try:
                 meta_updates.update(self.writer.write_requests())
             except duckdb.Error as e:   # the trace stands without them: say so

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import duckdb
+import pyarrow as pa
 
 from .abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, COPY_OPS, EF_DIRECT, OPEN_OPS, READ_OPS,
                   WRITE_OPS, o_direct, sql_list)
@@ -276,6 +277,7 @@ def create_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str = "",
         if derived:
             _request_views(con, root, prefix)
         _profile_views(con, root, prefix)
+        _pystack_views(con, root, prefix)
     except duckdb.Error as e:
         raise unreadable(e, root)
 
@@ -314,6 +316,23 @@ def _profile_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
             q = str(p).replace("'", "''")
             con.execute(f"create or replace view {prefix}profile_{name} as select * from "
                         f"read_parquet('{q}', hive_partitioning = false)")
+
+
+def _pystack_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
+    """pystacks and pyframes: the job's Python stacks (pystacks.py); empty
+    views where the trace has none."""
+    from .pystacks import FRAMES_SCHEMA, SAMPLES_SCHEMA
+    for name, schema in (("pystacks", SAMPLES_SCHEMA), ("pyframes", FRAMES_SCHEMA)):
+        p = root / f"{name}.parquet"
+        if p.exists():
+            q = str(p).replace("'", "''")
+            src = f"select * from read_parquet('{q}', hive_partitioning = false)"
+        else:
+            types = {pa.int64(): "bigint", pa.int32(): "integer", pa.int16(): "smallint",
+                     pa.bool_(): "boolean", pa.string(): "varchar"}
+            src = "select " + ", ".join(f"null::{types[f.type]} as {f.name}"
+                                        for f in schema) + " where false"
+        con.execute(f"create or replace view {prefix}{name} as {src}")
 
 
 def drop_time(meta: dict, lo_ns: int, hi_ns: int) -> tuple[float, int]:

@@ -1,0 +1,167 @@
+"""Python call stacks of the traced job, sampled on the trace's clock.
+
+`iotrace-pysampler` (userspace/pysampler, Rust, py-spy as a library) reads
+the stacks of every thread of every Python process of the job from outside
+(process_vm_readv: no code change, no pause of the job) at about 100 samples
+a second, stamps each with CLOCK_MONOTONIC, and writes them to the spool.
+At the end they become two tables:
+
+  pystacks.parquet  one row per sample of one thread: ts_ns, pid, tid (OS
+                    thread id, -1 where the interpreter does not say it:
+                    CPython before 3.11, threads other than the main one),
+                    on_cpu (the thread was running), gil (it held the GIL),
+                    stack_id
+  pyframes.parquet  the stacks: stack_id, depth (0 = outermost), function
+                    (qualified name on CPython 3.11+), file, line (the
+                    function's first line)
+
+meta.json `py_stacks` says what was sampled and what was not (processes
+that are not Python, or that py-spy could not read, with the reason;
+samples refused because a stack changed while it was read).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import pyarrow as pa
+
+SPOOL_NAME = "pystacks.txt"
+DEFAULT_RATE_HZ = 100
+
+SAMPLES_SCHEMA = pa.schema([("ts_ns", pa.int64()), ("pid", pa.int32()), ("tid", pa.int32()),
+                            ("on_cpu", pa.bool_()), ("gil", pa.bool_()),
+                            ("stack_id", pa.int32())])
+FRAMES_SCHEMA = pa.schema([("stack_id", pa.int32()), ("depth", pa.int16()),
+                           ("function", pa.string()), ("file", pa.string()),
+                           ("line", pa.int32())])
+
+
+def sampler_path() -> Optional[str]:
+    env = os.environ.get("IOTRACE_PYSAMPLER")
+    if env:
+        return env
+    here = Path(__file__).resolve().parent
+    for cand in (here / "bin" / "iotrace-pysampler",
+                 here.parent / "pysampler" / "target" / "release" / "iotrace-pysampler"):
+        if cand.exists():
+            return str(cand)
+    return None
+
+
+class PySampler:
+    """The sampler process of one session."""
+
+    def __init__(self, spool: Path, rate_hz: int = DEFAULT_RATE_HZ):
+        self.out = spool / SPOOL_NAME
+        self.rate_hz = rate_hz
+        self.proc: Optional[subprocess.Popen] = None
+        self.error: Optional[str] = None
+
+    def start(self, roots: list[int]) -> None:
+        exe = sampler_path()
+        if exe is None:
+            self.error = "iotrace-pysampler is not built (make builds it; it needs cargo)"
+            return
+        try:
+            # niced like the conversion: the job and the recorder come first
+            self.proc = subprocess.Popen(
+                [exe, "--out", str(self.out), "--rate", str(self.rate_hz), *map(str, roots)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                preexec_fn=lambda: os.nice(5))
+        except OSError as e:
+            self.error = f"cannot start {exe}: {e.strerror}"
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        if self.proc.returncode not in (0, -signal.SIGTERM):
+            msg = (err or b"").decode(errors="replace").strip().splitlines()
+            self.error = (msg[-1] if msg else f"exit status {self.proc.returncode}")
+
+    def write_tables(self, out_dir: Path) -> dict:
+        """Converts the spool file into the two tables; returns meta.json's py_stacks."""
+        meta: dict = {"sampler": "iotrace-pysampler (py-spy 0.4 library, Python frames)",
+                      "rate_hz": self.rate_hz, "samples": 0}
+        if self.error:
+            meta["error"] = self.error
+        if not self.out.exists():
+            meta.setdefault("error", "the sampler wrote nothing")
+            return meta
+        samples, frames, info = parse(self.out)
+        meta.update(info)
+        from .tracedir import atomic_write_table
+        atomic_write_table(samples, out_dir / "pystacks.parquet")
+        atomic_write_table(frames, out_dir / "pyframes.parquet")
+        return meta
+
+
+def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
+    """The sampler's line file -> (samples, frames, meta counts). A line cut
+    short by a crash (the last one) is left out and counted."""
+    frames: dict[int, tuple[str, str, int]] = {}
+    stacks: dict[str, int] = {}
+    cols: dict[str, list] = {k: [] for k in SAMPLES_SCHEMA.names}
+    sampled: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    bad = 0
+    end = None
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                bad += 1
+                break
+            p = line.rstrip("\n").split("\t")
+            kind = p[0]
+            try:
+                if kind == "S":
+                    key = p[5]
+                    sid = stacks.get(key)
+                    if sid is None:
+                        sid = stacks[key] = len(stacks)
+                    cols["ts_ns"].append(int(p[1]))
+                    cols["pid"].append(int(p[2]))
+                    cols["tid"].append(int(p[3]))
+                    fl = int(p[4])
+                    cols["on_cpu"].append(bool(fl & 1))
+                    cols["gil"].append(bool(fl & 2))
+                    cols["stack_id"].append(sid)
+                elif kind == "F":
+                    frames[int(p[1])] = (p[2], p[4] if p[4] else p[3], int(p[5]))
+                elif kind == "P":
+                    sampled[p[1]] = p[2]
+                elif kind == "N":
+                    refused[p[1]] = p[2]
+                elif kind == "Z":
+                    end = [int(x) for x in p[1:5]]
+                elif kind not in ("X", "T"):
+                    bad += 1
+            except (IndexError, ValueError):
+                bad += 1
+    fcols: dict[str, list] = {k: [] for k in FRAMES_SCHEMA.names}
+    for key, sid in stacks.items():
+        ids = [int(x) for x in key.split(",")] if key else []
+        for depth, fid in enumerate(reversed(ids)):        # the sampler writes the leaf first
+            fn, file, ln = frames.get(fid, ("?", "?", 0))
+            fcols["stack_id"].append(sid)
+            fcols["depth"].append(depth)
+            fcols["function"].append(fn)
+            fcols["file"].append(file)
+            fcols["line"].append(ln)
+    info: dict = {"samples": len(cols["ts_ns"]), "stacks": len(stacks),
+                  "processes_sampled": {k: {"python": v} for k, v in sampled.items()},
+                  "processes_not_sampled": refused, "unknown_lines": bad,
+                  "complete": end is not None}
+    if end:
+        info.update(read_errors=end[1], late_ticks=end[2], ticks=end[3])
+    return (pa.table(cols, schema=SAMPLES_SCHEMA), pa.table(fcols, schema=FRAMES_SCHEMA), info)
