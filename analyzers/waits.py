@@ -674,9 +674,8 @@ def _in_loader(con, lp: Loop, t0: int, t1: int, th: dict, override: Optional[str
     lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, lth, override)
     if lp.loader:
-        inside = ivl.clip(loader_frame.time_inside(con, lp.tid, lp.loader), t0, t1)
-        lp.episodes = ivl.union(np.concatenate([lp.kernel_waits, inside]),
-                                int(th["merge_gap_ms"] * 1e6))
+        inside = loader_frame.time_inside(con, lp.tid, lp.loader)
+        lp.episodes = ivl.clip(ivl.union(inside, int(th["merge_gap_ms"] * 1e6)), t0, t1)
 
 
 def _loop_cpu(tl: Timelines, lp: Loop, eps: np.ndarray) -> np.ndarray:
@@ -774,13 +773,13 @@ def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
     if lp.loader is None:
         return {"loader_frame": None, "loader_frame_why": lp.loader_why or None,
                 "data_wait_kernel_s": round(kernel, 6)}
-    extra = ivl.subtract(ivl.union(eps), ivl.union(lp.kernel_waits))
     side = [t for t in lp.producers if t != lp.tid]
     return {"loader_frame": {"function": lp.loader.function, "file": lp.loader.file,
                              "source": lp.loader.source, "what": lp.loader.what or None,
                              "entries_seen": lp.loader.runs},
             "data_wait_kernel_s": round(kernel, 6),
-            "loop_cpu_top": loader_frame.top_functions(con, [lp.tid], extra),
+            "loop_cpu_top": loader_frame.top_functions(
+                con, [lp.tid], np.array([[lo, hi]], dtype=np.int64), lp.loader),
             "prep_top": loader_frame.top_functions(con, side, eps)}
 
 

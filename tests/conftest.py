@@ -17,6 +17,13 @@ from iotrace.abi import ASYNC_READ_OPS, READ_OPS, sql_list
 
 ROOT = Path(__file__).resolve().parent.parent
 IOTRACE = [sys.executable, "-m", "iotrace"]
+
+# Not root, and without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN. The unprivileged
+# user keeps CAP_DAC_READ_SEARCH (ambient) and nothing else: it reads the
+# checkout and the venv wherever they live (a 0700 home directory too), and
+# that capability is no way to trace.
+UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 
 

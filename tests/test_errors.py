@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import IOTRACE, ROOT, WORKLOADS, iotrace_cmd, needs_root
+from conftest import IOTRACE, ROOT, UNPRIVILEGED, WORKLOADS, iotrace_cmd, needs_root
 
 import iotrace
 
@@ -48,12 +48,6 @@ def test_help_teaches():
     assert "sudo iotrace run" in res.stdout and "exit code" in res.stdout
 
 
-# Not root, and without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN. The unprivileged
-# user keeps CAP_DAC_READ_SEARCH (ambient) and nothing else: it reads the
-# checkout and the venv wherever they live (a 0700 home directory too), and
-# that capability is no way to trace.
-UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,

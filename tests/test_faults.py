@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IOTRACE, ROOT, WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
+from conftest import IOTRACE, ROOT, UNPRIVILEGED, WORKLOADS, iotrace_cmd, needs_root, rows, scalar, trace_run
 from conftest import wait_for as wait_until
 from test_cleanup import alive, bpf_ids, children, gone, wait_for
 from test_errors import one_line
@@ -451,8 +451,7 @@ def test_attach_to_a_pid_just_freed(tmp_path):
 def test_attach_not_permitted(tmp_path):
     """Without privileges attach refuses in one line (exit 3) before anything."""
     os.chmod(tmp_path, 0o777)
-    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          *IOTRACE, "attach", "-p", "1", "-o", str(tmp_path / "t")],
+    res = subprocess.run([*UNPRIVILEGED, *IOTRACE, "attach", "-p", "1", "-o", str(tmp_path / "t")],
                          capture_output=True, text=True, cwd=tmp_path,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "userspace")))
     assert res.returncode == 3

@@ -13,21 +13,36 @@
 //!
 //! Usage: iotrace-pysampler --out FILE [--rate HZ] [--native] PID...
 //! The PIDs are roots: their descendants are found by scanning /proc every
-//! 200 ms. Ends on SIGTERM or SIGINT, or when every root has exited.
+//! 200 ms. Each Python process gets a sampling thread of its own, so that
+//! setting up a new one (py-spy parses its binaries: tens of milliseconds)
+//! never holds up the others' samples, and each samples at random
+//! (exponential) intervals, as py-spy does, so that no periodic work of the
+//! job aliases with it. Ends on SIGTERM or SIGINT, or when every root has
+//! exited.
 //!
 //! Output, one record a line, tab-separated:
 //!   P pid version                     a process sampled from now on
 //!   N pid reason                      a process that could not be sampled
 //!   F id function file short_file line  a frame (first use)
 //!   T pid tid name                    a thread's Python name (first use)
-//!   S ts_ns pid tid flags frame_ids   a sample; flags: 1 on CPU, 2 holds the GIL;
-//!                                     frame ids leaf first, comma-separated
+//!   S ts_ns pid tid flags frame_ids dur_ns
+//!                                     a sample: ts_ns is the middle of the read of
+//!                                     the process's stacks, dur_ns its length;
+//!                                     flags: 1 on CPU, 2 holds the GIL; frame ids
+//!                                     leaf first, comma-separated
+//!   E ts_ns pid                       a read of the process's stacks that failed
+//!                                     (a stack that changed while read): a moment
+//!                                     whose state is unknown
 //!   X pid                             a process that exited
 //!   Z samples errors late_ticks ticks the end (counts of the whole run)
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use py_spy::config::{LineNo, LockingStrategy};
@@ -129,31 +144,33 @@ const TRY_FOR: Duration = Duration::from_secs(3);
 const SCAN_EVERY: Duration = Duration::from_millis(200);
 const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
-enum Target {
-    Waiting(Option<Instant>), // since when its maps show Python (None: not yet)
-    Sampled(Box<PythonSpy>),
-    Refused,
+/// Frame ids shared by the sampling threads (the writer names each once).
+struct Frames {
+    ids: std::sync::Mutex<HashMap<(String, String, i32), u32>>,
 }
 
-struct Out {
-    w: BufWriter<File>,
-    frames: HashMap<(String, String, i32), u32>,
-    names: HashSet<(i32, i64)>,
-}
-
-impl Out {
-    fn frame(&mut self, f: &py_spy::Frame) -> std::io::Result<u32> {
+impl Frames {
+    /// The frame's id, and its 'F' line when it is new.
+    fn id(&self, f: &py_spy::Frame, lines: &mut String) -> u32 {
+        let mut ids = self.ids.lock().unwrap();
         let key = (f.name.clone(), f.filename.clone(), f.line);
-        if let Some(id) = self.frames.get(&key) {
-            return Ok(*id);
+        if let Some(id) = ids.get(&key) {
+            return *id;
         }
-        let id = self.frames.len() as u32;
+        let id = ids.len() as u32;
         let short = f.short_filename.as_deref().unwrap_or(&f.filename);
-        writeln!(self.w, "F\t{id}\t{}\t{}\t{}\t{}", clean(&f.name), clean(&f.filename),
-                 clean(short), f.line)?;
-        self.frames.insert(key, id);
-        Ok(id)
+        let _ = writeln!(lines, "F\t{id}\t{}\t{}\t{}\t{}", clean(&f.name), clean(&f.filename),
+                         clean(short), f.line);
+        ids.insert(key, id);
+        id
     }
+}
+
+struct Counts {
+    samples: AtomicU64,
+    errors: AtomicU64,
+    late: AtomicU64,
+    ticks: AtomicU64,
 }
 
 fn main() {
@@ -170,6 +187,86 @@ fn main() {
     }
 }
 
+/// One process: set up its reader (retrying while its interpreter starts),
+/// then sample it until it exits or the sampler stops. Lines go to the writer.
+fn sample_process(pid: i32, config: Config, rate: f64, frames: Arc<Frames>, counts: Arc<Counts>,
+                  tx: mpsc::Sender<String>) {
+    let since = Instant::now();
+    let mut spy = loop {
+        if STOP.load(Ordering::SeqCst) {
+            return;
+        }
+        match PythonSpy::new(pid, &config) {
+            Ok(spy) => break spy,
+            Err(e) if since.elapsed() >= TRY_FOR
+                || !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                let _ = tx.send(format!("N\t{pid}\t{}\n", clean(&format!("{e:#}"))));
+                return;
+            }
+            Err(_) => thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let _ = tx.send(format!("P\t{pid}\t{}\n", spy.version));
+    let mut names: HashSet<u64> = HashSet::new();
+    let mut lines = String::with_capacity(1 << 16);
+    let mut last_send = Instant::now();
+    for sleep in Timer::new(rate) {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        counts.ticks.fetch_add(1, Ordering::Relaxed);
+        if sleep.is_err() {
+            counts.late.fetch_add(1, Ordering::Relaxed);
+        }
+        let t0 = mono_ns();
+        let got = spy.get_stack_traces();
+        let t1 = mono_ns();
+        let (ts, dur) = ((t0 + t1) / 2, t1 - t0);
+        match got {
+            Err(_) => {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    break;
+                }
+                // a stack that changed while it was read: that moment is unknown
+                counts.errors.fetch_add(1, Ordering::Relaxed);
+                let _ = writeln!(lines, "E\t{ts}\t{pid}");
+            }
+            Ok(traces) => {
+                for tr in traces {
+                    // before CPython 3.11 the interpreter does not hold the OS thread
+                    // id; its main thread's is the pid
+                    let main = tr.thread_name.as_deref() == Some("MainThread");
+                    let tid = tr.os_thread_id.map_or(if main { pid as i64 } else { -1 },
+                                                     |t| t as i64);
+                    if let Some(name) = &tr.thread_name {
+                        if names.insert(tr.thread_id) {
+                            let _ = writeln!(lines, "T\t{pid}\t{tid}\t{}", clean(name));
+                        }
+                    }
+                    let mut ids = String::new();
+                    for (i, f) in tr.frames.iter().enumerate() {
+                        if i > 0 {
+                            ids.push(',');
+                        }
+                        let _ = write!(ids, "{}", frames.id(f, &mut lines));
+                    }
+                    let flags = (tr.active as u8) | ((tr.owns_gil as u8) << 1);
+                    let _ = writeln!(lines, "S\t{ts}\t{pid}\t{tid}\t{flags}\t{ids}\t{dur}");
+                    counts.samples.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if last_send.elapsed() >= Duration::from_millis(100) {
+            if tx.send(std::mem::take(&mut lines)).is_err() {
+                return;
+            }
+            last_send = Instant::now();
+        }
+    }
+    lines.push_str(&format!("X\t{pid}\n"));
+    let _ = tx.send(lines);
+}
+
 fn run(args: Args) -> anyhow::Result<()> {
     if args.native && !cfg!(feature = "unwind") {
         anyhow::bail!("--native needs a build with the 'unwind' feature (libunwind)");
@@ -181,96 +278,61 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mut config = Config::default();
     // Never stop the job to read it (py-spy's default pauses each process):
     // a stack read while the thread runs on may be torn, and is then
-    // refused by py-spy and counted as an error.
+    // refused by py-spy and written as a moment of unknown state.
     config.blocking = if args.native { LockingStrategy::Lock } else { LockingStrategy::NonBlocking };
     config.native = args.native;
     config.include_idle = true;
     config.lineno = LineNo::First; // a function's first line names it; the call line would split it
-    let mut out = Out {
-        w: BufWriter::with_capacity(1 << 20, File::create(&args.out)?),
-        frames: HashMap::new(),
-        names: HashSet::new(),
-    };
-    let mut targets: HashMap<i32, Target> = HashMap::new();
-    let (mut samples, mut errors, mut late, mut ticks) = (0u64, 0u64, 0u64, 0u64);
-    let mut last_scan: Option<Instant> = None;
+    let mut w = BufWriter::with_capacity(1 << 20, File::create(&args.out)?);
+    let frames = Arc::new(Frames { ids: std::sync::Mutex::new(HashMap::new()) });
+    let counts = Arc::new(Counts { samples: AtomicU64::new(0), errors: AtomicU64::new(0),
+                                   late: AtomicU64::new(0), ticks: AtomicU64::new(0) });
+    let (tx, rx) = mpsc::channel::<String>();
+    let mut started: HashSet<i32> = HashSet::new();
+    let mut workers = Vec::new();
     let mut last_flush = Instant::now();
-    for sleep in Timer::new(args.rate) {
+    loop {
         if STOP.load(Ordering::SeqCst) {
             break;
         }
-        ticks += 1;
-        if sleep.is_err() {
-            late += 1;
+        let parent = parents();
+        let live = descendants(&args.roots, &parent);
+        if live.is_empty() && !args.roots.iter().any(|r| parent.contains_key(r)) {
+            break; // the job is over
         }
-        if last_scan.map_or(true, |t| t.elapsed() >= SCAN_EVERY) {
-            last_scan = Some(Instant::now());
-            let parent = parents();
-            let live = descendants(&args.roots, &parent);
-            if live.is_empty() && !args.roots.iter().any(|r| parent.contains_key(r)) {
-                break; // the job is over
+        started.retain(|p| live.contains(p)); // a pid reused later is a new process
+        for pid in live {
+            if started.contains(&pid) || !maps_python(pid) {
+                continue;
             }
-            for pid in targets.keys().copied().filter(|p| !live.contains(p)).collect::<Vec<_>>() {
-                if matches!(targets.remove(&pid), Some(Target::Sampled(_))) {
-                    writeln!(out.w, "X\t{pid}")?;
-                }
-            }
-            for pid in live {
-                let t = targets.entry(pid).or_insert(Target::Waiting(None));
-                if let Target::Waiting(since) = t {
-                    if !maps_python(pid) {
-                        continue;
-                    }
-                    let since = *since.get_or_insert_with(Instant::now);
-                    match PythonSpy::new(pid, &config) {
-                        Ok(spy) => {
-                            writeln!(out.w, "P\t{pid}\t{}", spy.version)?;
-                            *t = Target::Sampled(Box::new(spy));
-                        }
-                        Err(e) if since.elapsed() >= TRY_FOR => {
-                            writeln!(out.w, "N\t{pid}\t{}", clean(&format!("{e:#}")))?;
-                            *t = Target::Refused;
-                        }
-                        Err(_) => *t = Target::Waiting(Some(since)),
-                    }
-                }
-            }
+            started.insert(pid);
+            let (c, f, n, t) = (config.clone(), frames.clone(), counts.clone(), tx.clone());
+            let rate = args.rate;
+            workers.push(thread::spawn(move || sample_process(pid, c, rate, f, n, t)));
         }
-        for (pid, t) in targets.iter_mut() {
-            let Target::Sampled(spy) = t else { continue };
-            let ts = mono_ns();
-            let traces = match spy.get_stack_traces() {
-                Ok(v) => v,
-                Err(_) => {
-                    errors += 1; // torn read, or the process is exiting
-                    continue;
-                }
-            };
-            for tr in traces {
-                // before CPython 3.11 the interpreter does not hold the OS thread
-                // id; its main thread's is the pid
-                let main = tr.thread_name.as_deref() == Some("MainThread");
-                let tid = tr.os_thread_id.map_or(if main { *pid as i64 } else { -1 }, |t| t as i64);
-                if let Some(name) = &tr.thread_name {
-                    if out.names.insert((*pid, tr.thread_id as i64)) {
-                        writeln!(out.w, "T\t{pid}\t{tid}\t{}", clean(name))?;
-                    }
-                }
-                let mut ids = Vec::with_capacity(tr.frames.len());
-                for f in &tr.frames {
-                    ids.push(out.frame(f)?.to_string());
-                }
-                let flags = (tr.active as u8) | ((tr.owns_gil as u8) << 1);
-                writeln!(out.w, "S\t{ts}\t{pid}\t{tid}\t{flags}\t{}", ids.join(","))?;
-                samples += 1;
+        let until = Instant::now() + SCAN_EVERY;
+        while let Ok(lines) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            w.write_all(lines.as_bytes())?;
+            if Instant::now() >= until {
+                break;
             }
         }
         if last_flush.elapsed() >= FLUSH_EVERY {
-            out.w.flush()?; // a crash loses at most the last half second
+            w.flush()?; // a crash loses at most the last half second
             last_flush = Instant::now();
         }
     }
-    writeln!(out.w, "Z\t{samples}\t{errors}\t{late}\t{ticks}")?;
-    out.w.flush()?;
+    STOP.store(true, Ordering::SeqCst);
+    drop(tx);
+    for h in workers {
+        let _ = h.join();
+    }
+    while let Ok(lines) = rx.try_recv() {
+        w.write_all(lines.as_bytes())?;
+    }
+    writeln!(w, "Z\t{}\t{}\t{}\t{}", counts.samples.load(Ordering::SeqCst),
+             counts.errors.load(Ordering::SeqCst), counts.late.load(Ordering::SeqCst),
+             counts.ticks.load(Ordering::SeqCst))?;
+    w.flush()?;
     Ok(())
 }

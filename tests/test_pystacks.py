@@ -1,0 +1,85 @@
+"""Python stacks of the traced job (pystacks.parquet, pyframes.parquet): the
+right functions, on the right threads, at the right times on the trace's
+clock, against a workload that notes its own phases on CLOCK_MONOTONIC."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import WORKLOADS, needs_root, rows, trace_run
+
+pytestmark = needs_root()
+
+
+def phases_trace(tmp_path, *extra):
+    out = tmp_path / "phases.json"
+    proc, trace = trace_run(tmp_path / "t", sys.executable, str(WORKLOADS / "py_phases.py"),
+                            str(out), extra=extra)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return trace, json.loads(out.read_text())
+
+
+def test_samples_name_the_function_at_its_time(tmp_path):
+    trace, truth = phases_trace(tmp_path)
+    ps = trace.meta["py_stacks"]
+    assert ps["rate_hz"] == 100 and ps["complete"]
+    assert str(truth["main_tid"]) in ps["processes_sampled"]
+    got = rows(trace, """select s.ts_ns, s.tid, s.on_cpu, f.function, s.read_ns from pystacks s
+                         join pyframes f using (stack_id)
+                         where f.function in ('phase_spin', 'phase_sleep', 'side_wait')""")
+    spans = {name: np.array([(a, b) for n, a, b in truth["phases"] if n == name])
+             for name in ("phase_spin", "phase_sleep")}
+    ms = 1_000_000
+    for name, iv in spans.items():
+        mine = [g for g in got if g[3] == name and g[1] == truth["main_tid"]]
+        ts = np.array([g[0] for g in mine])
+        # 1 s of each phase at 100 Hz, at random (Poisson) times: about 100
+        # samples each (sd 10), fewer where a read failed
+        assert 55 <= len(ts) <= 150, (name, len(ts))
+        # every sample lies in a phase of its function, to a millisecond beyond
+        # the time its read took (ts_ns is the read's middle)
+        slack = ms + np.array([g[4] for g in mine]) // 2
+        i = np.searchsorted(iv[:, 0], ts + slack, side="right") - 1
+        assert (i >= 0).all() and (ts <= iv[i, 1] + slack).all(), name
+        assert np.median([g[4] for g in mine]) < ms       # a read takes well under 1 ms
+        on = [g[2] for g in mine]
+        assert np.mean(on) == (pytest.approx(1.0, abs=0.1) if name == "phase_spin"
+                               else pytest.approx(0.0, abs=0.1))
+    # the second thread: its own OS thread id, asleep in side_wait throughout
+    side = [(g[1], g[2]) for g in got if g[3] == "side_wait"]
+    assert len(side) >= 150 and {t for t, _ in side} == {truth["side_tid"]}
+    assert not any(c for _, c in side)
+    # the frames: outermost first, the function's own file and first line
+    depth = rows(trace, """select depth, file, line from pyframes where function = 'phase_spin'
+                           limit 1""")[0]
+    assert depth[0] >= 1 and depth[1].endswith("py_phases.py") and depth[2] == 16
+
+
+def test_rate_and_off(tmp_path):
+    trace, truth = phases_trace(tmp_path / "fast", "--py-stacks", "250")
+    n = rows(trace, f"select count(*) from pystacks where tid = {truth['side_tid']}")[0][0]
+    assert n >= 2.5 * 250 * 0.7, n
+    trace, _ = phases_trace(tmp_path / "off", "--py-stacks", "0")
+    assert "py_stacks" not in trace.meta
+    assert rows(trace, "select count(*) from pystacks")[0][0] == 0
+
+
+def test_job_without_python(tmp_path):
+    """A job that is not Python: nothing sampled, and the report says its
+    verdict is the kernel's alone, and why."""
+    data = tmp_path / "d"
+    data.mkdir()
+    for i in range(4):
+        (data / f"s{i}").write_bytes(b"x" * (1 << 20))
+    script = f"for r in 1 2 3; do for f in {data}/s*; do cat $f > /dev/null; sleep 0.05; done; done"
+    proc, trace = trace_run(tmp_path / "t", "sh", "-c", script)
+    assert proc.returncode == 0
+    assert trace.meta["py_stacks"]["samples"] == 0
+    assert trace.meta["py_stacks"]["processes_sampled"] == {}
+    from iotrace.analyzers.base import Targets
+    from iotrace.analyzers.report import build_report
+    v = build_report(trace, Targets()).verdict
+    assert "Kernel-only verdict" in v["summary"], v["summary"]
