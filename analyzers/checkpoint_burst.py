@@ -36,7 +36,7 @@ Trigger: at least `min_bursts` bursts. Severity: high when blocked_share >=
 from __future__ import annotations
 
 from .base import Context, Finding, Rule, file_name
-from .rates import human_bytes, human_rate
+from .rates import human_bytes, human_rate, human_s
 from .views import WRITE_OPS, sql_list
 
 SYNC_OPS = ("fsync", "fdatasync", "sync_file_range")
@@ -185,15 +185,15 @@ def summary(ev: dict, small: bool) -> str:
     every = (f" every {ev['mean_interval_s']:.1f} s" if ev["mean_interval_s"] is not None
              else "")
     text = (f"{ev['count']} write bursts{every} of {human_bytes(ev['mean_bytes'])} on average, "
-            f"{ev['mean_duration_s']:.2f} s each at {human_rate(ev['write_bytes_per_s'])} "
-            f"({ev['fsync_time_s'] / ev['count']:.2f} s of it in fsync); the writing thread was "
+            f"{human_s(ev['mean_duration_s'])} each at {human_rate(ev['write_bytes_per_s'])} "
+            f"({human_s(ev['fsync_time_s'] / ev['count'])} of it in fsync); the writing thread was "
             f"blocked {ev['blocked_share']:.0%} of each period.")
     if small:
         size = human_bytes(ev["weighted_median_write_bytes"])
         text += f" Half the bytes went in writes of {size} or less: many small writes."
     if "target_duration_s" in ev:
         text += (f" At the {human_rate(ev['target_write_bytes_per_s'])} target one would take "
-                 f"{ev['target_duration_s']:.2f} s.")
+                 f"{human_s(ev['target_duration_s'])}.")
     return text
 
 

@@ -20,6 +20,8 @@ from .mmap_random import CALLS as MMAP_RANDOM_CALLS
 from .objstore import NET_CALLS, THROTTLED
 from .readahead_missing import CALLS as READAHEAD_MISSING_CALLS
 from .views import META_OPS
+from .rates import human_s
+from .verdict import too_little
 from .waits import Waits
 
 HIGH_SHARE, WARN_SHARE = 0.10, 0.02
@@ -86,12 +88,13 @@ def apply_impact(ctx: Context, w: Waits, findings: list[Finding]) -> None:
         f.impact_s = round(cost, 6)
         f.impact_share = round(cost / win, 4) if win > 0 else 0.0
         f.saving_s = round(cost * SAVING.get(f.id, 1.0), 6)
-        if not w.loops:
-            continue          # no loop to measure cost against: the rule's own severity stands
+        if not w.loops or too_little(w, ctx.th("verdict")):
+            continue          # no loop (or too little of it) to measure cost against:
+                              # the rule's own severity stands
         f.severity = ("high" if f.impact_share >= HIGH_SHARE else
                       "warn" if f.impact_share >= WARN_SHARE else "info")
         if cost <= 0:
             f.summary += " It cost the training loop no measurable time."
         else:
-            f.summary += (f" It explains {cost:.2f} s of the loop's time "
+            f.summary += (f" It explains {human_s(cost)} of the loop's time "
                           f"({f.impact_share:.0%} of the training window).")

@@ -13,20 +13,27 @@ cannot tell from compute. With the job's Python stacks (pystacks.parquet):
    stack in at least `min_wait_share` of its samples taken during the waits
    the kernel saw, among the frames entered and left about once a step
    (at least `step_runs_share` of the most-entered such frame's runs).
-2. The time in it: the share of the loop's samples that are in the frame.
-   The sampler samples at random (exponential) intervals, so the share of
-   samples in a state is an unbiased estimate of the share of time in it
-   (Poisson arrivals see time averages), provided it is not held up more in
-   one state than another (it runs at the recorder's priority: see
-   pystacks.py). On the timeline, each run of consecutive samples in the
-   frame is given the time its samples stand for, centred on the run.
-   Measured against the loops' own clocks (5-10 s loops, 100 Hz, a loaded
-   2-core machine), two other estimators were 3-11 AU points off where this
-   one was within 1.2: edges halfway between samples (a next() shorter than
-   the sampling interval, hit by one sample, gets the long gaps around it),
-   and the kernel's exact waits with samples for the rest (the sampler was
-   held up 3-5 times more while the loop was in the kernel's waits, inside
-   its file opens and reads, than elsewhere, so the rest was over-sampled).
+2. The time in it: the waits the kernel saw (exact), and more from the
+   loop's samples, from its first entry into the frame to its end
+   (loop_end). The sampler samples at random (exponential) intervals, so the
+   share of samples in a state estimates the share of time in it without
+   bias (Poisson arrivals see time averages). For a loop fed by producers
+   (worker processes, threads, tf.data), whose kernel-seen waits are its
+   blocked waits for them, the extra is the share of the samples outside
+   those waits that are in the frame, of the time outside them. For a loop
+   that loads itself, whose kernel-seen waits are its own file calls, it is
+   what the share of all its samples in the frame says in all, less those
+   calls: the samples fell 3-5 times more sparsely inside such calls (a
+   JPEG's open to its close) than just after them on this project's 2-core
+   machine, for a reason not found, which over-counts the rest. The extra
+   time is laid out on the runs of samples in the frame outside the kernel's
+   waits (each sample an equal part, centred on its run), so that the
+   timeline keeps the kernel's exact waits, and the stall causes come from
+   what the producers did then.
+   Measured against the loops' own clocks (11 loops of 1.5-10 s, 100 Hz, a
+   loaded 2-core machine): within 2.7 AU points, 1 on the median; edges
+   halfway between samples were 3-11 points off (a next() shorter than the
+   sampling interval, hit by one sample, gets the long gaps around it).
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ THRESHOLDS = {
     "min_wait_share": 0.6,      # of the loop's samples in the kernel's waits, for a frame from the data
     "min_wait_samples": 3,      # samples in the kernel's waits needed to find a frame from the data
     "step_runs_share": 0.3,     # of the most-entered candidate's runs: called about once a step
+    "max_presence": 0.98,       # of all the loop's samples, for a frame from the data
 }
 
 # (file suffix, function or qualified-name suffix, what it is)
@@ -54,6 +62,7 @@ KNOWN = [
     ("datasets/iterable_dataset.py", "__iter__", "Hugging Face IterableDataset"),
     ("webdataset/pipeline.py", "iterator", "webdataset pipeline"),
     ("lightning/pytorch/loops/fetchers.py", "__next__", "Lightning data fetcher"),
+    ("multiprocessing/pool.py", "IMapIterator.next", "multiprocessing.Pool.imap"),
 ]
 
 
@@ -78,14 +87,20 @@ def have_stacks(con) -> bool:
 
 def loop_samples(con, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ts_ns, stack_id, on_cpu) of the thread's samples, in time order."""
+    # a sample with no Python frame (the interpreter starting or ending)
+    # says nothing of the loop: left out
     r = con.execute(f"""select ts_ns, stack_id, on_cpu from pystacks where tid = {int(tid)}
+                          and stack_id in (select stack_id from pyframes)
                         order by ts_ns""").fetchnumpy()
     return (np.asarray(r["ts_ns"], dtype=np.int64), np.asarray(r["stack_id"], dtype=np.int64),
             np.asarray(r["on_cpu"], dtype=bool))
 
 
 def _match(function: str, want: str) -> bool:
-    return function == want or function.endswith("." + want)
+    """A function name against a wanted name or qualified name (CPython before
+    3.11 gives no class: "next" for IMapIterator.next)."""
+    return function == want or function.endswith("." + want) or \
+        ("." in want and function == want.rsplit(".", 1)[1])
 
 
 def _stacks_with(con, file_suffix: str, function: str, sids: np.ndarray) -> np.ndarray:
@@ -131,6 +146,28 @@ def find(con, tid: int, kernel_waits: np.ndarray, th: dict,
     return _from_data(con, ts, sid, kernel_waits, th)
 
 
+def known_loop(con, pid: int, th: dict) -> Optional[int]:
+    """The thread of the process that calls a known loader's next() (at least
+    min_runs times, the most of any), or None: with tf.data the kernel sees
+    its native pool threads hand elements to one another, and may take one
+    of them for the loop."""
+    best, most = None, 0
+    for suffix, function, _ in KNOWN:
+        rows = con.execute("""select distinct stack_id, function from pyframes
+                              where ends_with(file, ?)""", [suffix]).fetchall()
+        hit = [int(sid) for sid, fn in rows if _match(fn, function)]
+        if not hit:
+            continue
+        tids = [t for (t,) in con.execute(f"""select distinct tid from pystacks where pid = {int(pid)}
+            and tid > 0 and stack_id in ({",".join(map(str, hit))})""").fetchall()]
+        for tid in tids:
+            _, sid, _ = loop_samples(con, tid)
+            n = runs_of(np.isin(sid, hit))
+            if n >= th["min_runs"] and n > most:
+                best, most = int(tid), n
+    return best
+
+
 def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], str]:
     in_wait = ivl.covered(ivl.union(kernel_waits), ts) if len(kernel_waits) else \
         np.zeros(len(ts), dtype=bool)
@@ -153,7 +190,9 @@ def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], s
         inside = np.isin(sid, list(sids))
         share = inside[in_wait].mean()
         n = runs_of(inside)
-        if share >= th["min_wait_share"] and n >= th["min_runs"]:
+        # a frame the loop is (almost) never out of is its own (main, train)
+        if share >= th["min_wait_share"] and n >= th["min_runs"] and \
+                inside.mean() <= th["max_presence"]:
             cands.append((depth, -share, n, fn, file))
     if not cands:
         return None, ("no frame of the loop's stack is entered per step and present through "
@@ -189,20 +228,83 @@ def _attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray
     return ts, inside
 
 
-def time_inside(con, tid: int, frame: LoaderFrame) -> np.ndarray:
-    """Intervals the loop thread spent in the frame, from its samples: each
-    run of consecutive samples in the frame is given the time its samples
-    stand for (the mean interval between samples each), centred on the run
-    (see the module docstring)."""
+def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY,
+                end: Optional[int] = None, rest_only: bool = False) -> np.ndarray:
+    """Intervals the loop thread spent in the frame: the waits the kernel saw
+    (`known`, exact), and more time from the loop's samples, from its first
+    entry to `end`: as much as their share in the frame says in all, or
+    (rest_only) the share of the samples outside `known` that are in the
+    frame, of the time outside it. Laid out on the runs of samples in the
+    frame outside `known` (see the module docstring)."""
     ts, inside = _attempts(con, tid, frame)
+    kw = ivl.union(known) if len(known) else ivl.EMPTY.copy()
     if len(ts) < 2 or not inside.any():
-        return ivl.EMPTY.copy()
+        return kw
     per = (ts[-1] - ts[0]) / (len(ts) - 1)
+    lo = int(ts[np.argmax(inside)] - per / 2)
+    hi = int(end) if end is not None else int(ts[-1] + per / 2)
+    span = ts >= lo
+    span &= ts < hi
+    if hi <= lo or not span.any():
+        return kw
+    out = ~ivl.covered(kw, ts) if len(kw) else np.ones(len(ts), dtype=bool)
+    k_in = ivl.total(ivl.clip(kw, lo, hi))
+    if rest_only:
+        rest = span & out
+        extra = inside[rest].mean() * (hi - lo - k_in) if rest.any() else 0.0
+    else:
+        extra = inside[span].mean() * (hi - lo) - k_in
+    mine = inside & out & span
+    if extra <= 0 or not mine.any():
+        return kw
+    # the rest in R-time (the kernel's waits taken out), each sample of a run
+    # outside them given an equal part of the extra time, centred on its run
+    ts, inside = ts[out], inside[out] & span[out]
+    ks, ke = (kw[:, 0], kw[:, 1]) if len(kw) else (np.zeros(0, np.int64),) * 2
+    before = np.concatenate(([0], np.cumsum(ke - ks)))       # K-time before each piece
+    r = ts - before[np.searchsorted(ke, ts, side="right")]
+    each = extra / int(mine.sum())
     enter = np.flatnonzero(inside & ~np.concatenate(([False], inside[:-1])))
     leave = np.flatnonzero(inside & ~np.concatenate((inside[1:], [False])))
-    mid = (ts[enter] + ts[leave]) / 2
-    half = (leave - enter + 1) * per / 2
-    return ivl.union(ivl.as_iv((mid - half).astype(np.int64), (mid + half).astype(np.int64)))
+    mid = (r[enter] + r[leave]) / 2
+    half = (leave - enter + 1) * each / 2
+    a, b = (mid - half).astype(np.int64), (mid + half).astype(np.int64)
+    rstart = ks - before[:-1]                                # R-time of each piece's start
+
+    def real(x):
+        return x + before[np.searchsorted(rstart, x, side="right")]
+    return ivl.union(np.concatenate([kw, ivl.as_iv(real(a), real(b))]))
+
+
+def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
+    """When the training loop ended: the last sample of the loop thread in
+    the function that calls the loader (the loop's own function: train(),
+    main()), or None. A loop whose next() calls are shorter than the sampling
+    interval shows few of them, and the gap after the last one seen says
+    little of when its last step ended."""
+    ts, sid, _ = loop_samples(con, tid)
+    inside = _stacks_with(con, frame.file, frame.function, sid)
+    if not inside.any():
+        return None
+    con.register("_le_sid", {"sid": np.unique(sid[inside])})
+    row = con.execute("""
+        with lf as (select stack_id, min(depth) as d from pyframes
+                    where stack_id in (select sid from _le_sid) and ends_with(file, ?)
+                      and (function = ? or ends_with(function, '.' || ?))
+                    group by stack_id)
+        select c.function, c.file from pyframes c join lf
+          on c.stack_id = lf.stack_id and c.depth = lf.d - 1
+        group by all order by count(*) desc limit 1""",
+                      [frame.file, frame.function, frame.function]).fetchall()
+    row = row[0] if row else None
+    con.unregister("_le_sid")
+    if row is None:
+        return None
+    caller = _stacks_with(con, row[1], row[0], sid)
+    if not caller.any():
+        return None
+    per = (ts[-1] - ts[0]) // max(len(ts) - 1, 1)
+    return int(ts[np.flatnonzero(caller)[-1]] + per // 2)
 
 
 def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,

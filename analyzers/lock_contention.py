@@ -46,6 +46,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .base import Context, Finding, Rule
+from .rates import human_s
 
 DATA_IO = "data_io"
 HDF5_LIBS = r"libhdf5|/h5py/"
@@ -267,7 +268,7 @@ def process_finding(ctx: Context, th: dict, threads: list[IoThread],
         title="I/O threads wait on a lock",
         summary=(f"{n} I/O thread{'s' if n > 1 else ''} of pid {pid} spent {share:.0%} of "
                  f"{'their' if n > 1 else 'its'} time waiting on locks "
-                 f"({wait_ns / 1e9:.3f} s), most on {lock_name}{serial_text}."),
+                 f"({human_s(wait_ns / 1e9)}), most on {lock_name}{serial_text}."),
         recommendation=RECOMMEND[kind],
         evidence={
             "pid": pid,

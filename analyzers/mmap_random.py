@@ -22,7 +22,7 @@ faults (impact.py).
 from __future__ import annotations
 
 from .base import Context, Finding, Rule
-from .rates import human_bytes
+from .rates import human_bytes, human_s
 
 PER_FILE = """
     with f as (select file_id, path, pid, off, brought, dur_ns,
@@ -49,11 +49,11 @@ def run(ctx: Context) -> list[Finding]:
     brought = sum(h[5] for h in hits)
     return [Finding(
         id="mmap-random-faults", severity="warn",
-        title=f"Random page faults on memory-mapped data: {n} major faults, {stall_s:.2f} s "
+        title=f"Random page faults on memory-mapped data: {n} major faults, {human_s(stall_s)} "
               "stalled",
         summary=(f"The job read {len(hits)} memory-mapped file(s) at random: {n} major page "
                  f"faults, {human_bytes(brought / n)} brought in each, stalled its threads "
-                 f"for {stall_s:.2f} s ({1e3 * stall_s / n:.2f} ms a fault), one device round "
+                 f"for {human_s(stall_s)} ({1e3 * stall_s / n:.2f} ms a fault), one device round "
                  "trip at a time."),
         recommendation=(
             "Read shuffled samples with explicit reads (pread of each sample, several "

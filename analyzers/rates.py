@@ -28,3 +28,10 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def human_s(x: float) -> str:
+    """Seconds in a unit that shows them: 0.004 -> '4 ms', 12.3 -> '12.3 s'."""
+    if 0 < x < 0.0005:
+        return f"{x * 1e6:.0f} µs"
+    return f"{x * 1e3:.0f} ms" if x < 0.9995 else f"{x:.1f} s"

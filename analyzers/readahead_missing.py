@@ -30,7 +30,7 @@ from __future__ import annotations
 from iotrace.abi import READ_OPS, sql_list
 
 from .base import Context, Finding, Rule
-from .rates import human_bytes
+from .rates import human_bytes, human_s
 from .views import read_streams
 
 # s: the reads that moved bytes, on data files; prev_end is where the previous
@@ -88,7 +88,7 @@ def run(ctx: Context) -> list[Finding]:
         summary=(f"The job read {len(hits)} file(s) in order through {' and '.join(ifaces)}, "
                  f"but {misses} of its reads missed the page cache and brought only "
                  f"{human_bytes(per_miss)} each: nothing was read ahead, so each read "
-                 f"waited for its own small device request ({miss_s:.2f} s in those reads)."),
+                 f"waited for its own small device request ({human_s(miss_s)} in those reads)."),
         recommendation=(
             "Let the kernel read ahead of sequential reads: drop POSIX_FADV_RANDOM / "
             "MADV_RANDOM where the access is in order (fio: fadvise_hint), check the "

@@ -61,7 +61,7 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
                  only: Optional[list[str]] = None,
                  window_s: Optional[tuple[float, float]] = None,
                  progress: Optional[Callable[[str], None]] = None,
-                 loader_frame: Optional[str] = None) -> Report:
+                 loader_frame: Optional[str] = None, kernel_only: bool = False) -> Report:
     """window_s: (start, end) seconds from the trace's first event, to
     override the detected training window. progress: called with what the
     report does next (the events, the loop's waits, each rule, the verdict),
@@ -73,14 +73,16 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
     say("reading the events")
     cached = create_views(con)
     try:
-        return _build(trace, targets, rules, thresholds, only, window_s, say, loader_frame)
+        return _build(trace, targets, rules, thresholds, only, window_s, say, loader_frame,
+                      kernel_only)
     finally:
         uncache_events(con, cached)
 
 
 def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
            only: Optional[list[str]], window_s: Optional[tuple[float, float]],
-           say: Callable[[str], None], loader_frame: Optional[str] = None) -> Report:
+           say: Callable[[str], None], loader_frame: Optional[str] = None,
+           kernel_only: bool = False) -> Report:
     con = trace.con
     t0, t1 = con.execute("select min(ts_ns), max(ts_ns + dur_ns) from events "
                          "where op != 'offcpu'").fetchone()
@@ -95,7 +97,9 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
         window = (ctx.t0_ns + int(window_s[0] * 1e9),
                   min(ctx.t0_ns + int(window_s[1] * 1e9), ctx.t1_ns))
     say("the training loop's waits")
-    waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window, loader_frame)
+    waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window, loader_frame,
+                    use_stacks=not kernel_only)
+    ctx.memo["kernel_only"] = kernel_only
     ctx.window = waits.window
     ctx.loop_tids = tuple(lp.tid for lp in waits.loops)
     findings: list[Finding] = []

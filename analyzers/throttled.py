@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .base import Context, Finding, Rule
 from .objstore import THROTTLED, examples, request_count, top_endpoints, top_processes
+from .rates import human_s
 
 
 def run(ctx: Context) -> list[Finding]:
@@ -55,7 +56,7 @@ def run(ctx: Context) -> list[Finding]:
         summary=(f"The object store refused {n:,} of the job's {total:,} requests ({share:.1%}) "
                  f"for their rate ({', '.join(f'{k} x{v}' for k, v in by.items())}); the SDK "
                  f"retried {retries:,} times and the throttled requests and their backoff "
-                 f"took {lost_s:.2f} s."),
+                 f"took {human_s(lost_s)}."),
         recommendation=(
             "Lower the request rate per key prefix: S3 serves about 5,500 GET/HEAD and "
             "3,500 PUT/POST/DELETE per second per prefix, so spread the data set over more "

@@ -14,7 +14,7 @@ import numpy as np
 from . import intervals as ivl
 from .base import Context
 from .epochs import find_epochs
-from .rates import human_bytes, human_rate
+from .rates import human_bytes, human_rate, human_s
 from .waits import STALL_KEYS, Waits
 
 STALL_WORDS = {"fetch": "blocked in storage reads (fetch)",
@@ -113,6 +113,10 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     v["data_wait_share"] = round(share, 4)
     v["accelerator_utilization"] = round(au, 4)
     v["status"] = "io-bound" if share >= th["io_bound_share"] else "not-io-bound"
+    v["after_first_step"] = after_first_step(w)
+    short = too_little(w, th)
+    if short:       # the numbers stay, for what they are worth; no status from them
+        v.update(status="unknown", reason=short)
     loop = w.loops[0]
     n = len(loop.producers)
     if loop.how == "worker-processes" and loop.producers:
@@ -127,11 +131,11 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     if loop.loader is not None:
         lf = loop.loader
         how = {"known": f"the {lf.what}'s", "option": "the given", "data": "found from the data:"}
-        text = (f"{who} spent {share:.0%} of the {win:.1f} s training window inside its loader's "
+        text = (f"{who} spent {share:.0%} of the {human_s(win)} training window inside its loader's "
                 f"next() ({how[lf.source]} {lf.label()}), waiting for data "
                 f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     else:
-        text = (f"{who} waited for data {share:.0%} of the {win:.1f} s training window "
+        text = (f"{who} waited for data {share:.0%} of the {human_s(win)} training window "
                 f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     if w.budget["data_wait"] > 0 and loop.how != "checkpoint-only":
         top = sorted(((k, x) for k, x in w.stall.items() if x > 0), key=lambda kv: -kv[1])[:2]
@@ -141,9 +145,15 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
         names = _named_prep(w.per_loop[0], dict(top))
         if names:
             text += " " + names
+    afs = v["after_first_step"]
+    if afs and abs(afs["accelerator_utilization"] - au) >= 0.01:
+        text += (f" Without the first step (its wait {human_s(afs['first_wait_s'])}, as DLIO "
+                 f"counts): AU ≈ {afs['accelerator_utilization']:.0%}.")
     if not w.stacks:
         v["stacks_note"] = stacks_note(ctx)
         text += " " + v["stacks_note"]
+    if short:
+        text = f"Too little to judge ({short}): " + text
     steps = max(w.steps, 1)
     compute = w.budget["compute"]
     if rates["bytes_read"] and compute > 0:
@@ -178,6 +188,40 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     return v
 
 
+def after_first_step(w: Waits) -> Optional[dict]:
+    """The AU with the first step left out, as DLIO counts it (MLPerf Storage
+    judges after warm-up): the window from the end of the loops' first data
+    wait (the pipeline starting: workers forking, files opening, caches
+    cold). The headline AU keeps the first step: it is the job's time too."""
+    firsts = [st.waits[0] for st in w.states if len(st.waits) >= 2]
+    if not firsts or len(firsts) != len(w.states):
+        return None
+    win, lo = w.budget.get("window", 0.0), w.window[0]
+    first_wait = float(np.mean([(b - a) / 1e9 for a, b in firsts]))
+    skipped = float(np.mean([(b - lo) / 1e9 for _, b in firsts]))
+    rest = win - skipped
+    if rest <= 0:
+        return None
+    share = max(w.budget["data_wait"] - first_wait, 0.0) / rest
+    return {"accelerator_utilization": round(1 - share, 4), "window_s": round(rest, 4),
+            "first_wait_s": round(first_wait, 6)}
+
+
+def too_little(w: Waits, th: dict) -> Optional[str]:
+    """Why the training window is too little to judge (under min_window_s, or
+    fewer than min_data_waits waits), or None."""
+    win = w.budget.get("window", 0.0)
+    if win < th["min_window_s"]:
+        return f"a training window of {human_s(win)}, under {th['min_window_s']:g} s"
+    # a loop that waits most of a long enough window is io-bound however its
+    # waits fall (a script that only loads: one wait from start to end)
+    busy = win > 0 and w.budget.get("data_wait", 0.0) / win >= 0.5
+    if w.steps < th["min_data_waits"] and w.loops and w.loops[0].how != "checkpoint-only" \
+            and not busy:
+        return f"{w.steps} data wait(s) seen, under {th['min_data_waits']}"
+    return None
+
+
 def _named_prep(loop: dict, top: dict) -> str:
     """'Prep: PIL ImageFile.load 41%, ...' for the loop's own CPU in the loader
     and its producers' CPU, where the stacks name them."""
@@ -193,7 +237,9 @@ def _named_prep(loop: dict, top: dict) -> str:
 def stacks_note(ctx: Context) -> str:
     """Why the verdict is the kernel's alone: no Python stacks in the trace."""
     ps = ctx.meta.get("py_stacks")
-    if not ps:
+    if ctx.memo.get("kernel_only"):
+        why = "asked for with --kernel-only"
+    elif not ps:
         why = "the trace has no Python stacks (traced with --py-stacks 0, or by an older iotrace)"
     elif ps.get("error"):
         why = f"no Python stacks: {ps['error']}"

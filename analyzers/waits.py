@@ -47,6 +47,8 @@ THRESHOLDS = {
     "min_dataset_bytes": 1048576,  # data bytes read below this: no dataset (a config file)
     "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
     "au_target": 0.90,            # MLPerf Storage's accelerator-utilisation bar
+    "min_window_s": 1.0,          # a training window shorter than this: too little to judge
+    "min_data_waits": 3,          # ... and fewer data waits than this
 }
 # loop_cpu: the loop itself on CPU inside its loader's next() (decoding,
 # unpickling, collating in its own thread): seen only with Python stacks
@@ -69,6 +71,7 @@ class Loop:
     kernel_waits: np.ndarray = field(default_factory=lambda: ivl.EMPTY.copy())
     loader: Optional[LoaderFrame] = None
     loader_why: str = ""                      # why no loader frame, where none
+    end_ns: Optional[int] = None              # the loop's last sample in its own function
 
 
 @dataclass
@@ -674,8 +677,25 @@ def _in_loader(con, lp: Loop, t0: int, t1: int, th: dict, override: Optional[str
     lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, lth, override)
     if lp.loader:
-        inside = loader_frame.time_inside(con, lp.tid, lp.loader)
+        lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
+        inside = loader_frame.time_inside(con, lp.tid, lp.loader, lp.kernel_waits, lp.end_ns,
+                                          rest_only=lp.how != "self-loading")
         lp.episodes = ivl.clip(ivl.union(inside, int(th["merge_gap_ms"] * 1e6)), t0, t1)
+
+
+def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> None:
+    """A loop thread that never calls a known loader, in a process where
+    another thread does: that thread is the loop (tf.data: the Python thread
+    that calls the iterator, not one of its native pool threads), and the
+    kernel's choice joins the producers."""
+    lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
+    for lp in loops:
+        if lp.how == "checkpoint-only":
+            continue
+        tid = loader_frame.known_loop(con, lp.pid, lth)
+        if tid is not None and tid != lp.tid:
+            lp.producers = [t for t in lp.producers if t != tid] + [lp.tid]
+            lp.tid, lp.name = tid, threads_of.get(tid, (lp.pid, ""))[1]
 
 
 def _loop_cpu(tl: Timelines, lp: Loop, eps: np.ndarray) -> np.ndarray:
@@ -692,7 +712,7 @@ def _loop_cpu(tl: Timelines, lp: Loop, eps: np.ndarray) -> np.ndarray:
 
 def analyse(con, th: dict, t0: int, t1: int,
             window: Optional[tuple[int, int]] = None,
-            loader_override: Optional[str] = None) -> Waits:
+            loader_override: Optional[str] = None, use_stacks: bool = True) -> Waits:
     create_file_sets(con)
     con.execute("create or replace temp table wait_cost (tid integer, ts_ns bigint, cost_ns double)")
     prod = _producers(con, th)
@@ -702,7 +722,11 @@ def analyse(con, th: dict, t0: int, t1: int,
     tl = Timelines(con)
     loop_tids = {lp.tid for lp in loops}
     tl.load(loop_tids)
-    stacks = loader_frame.have_stacks(con)
+    stacks = use_stacks and loader_frame.have_stacks(con)
+    if stacks:
+        _loops_from_stacks(con, loops, th, threads_of=_threads(con))
+        tl.load({lp.tid for lp in loops} - loop_tids)
+        loop_tids = {lp.tid for lp in loops}
     for lp in loops:
         lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
         if stacks and lp.how != "checkpoint-only":
@@ -789,7 +813,10 @@ def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tup
     that seldom waits (its loader keeps ahead) has long gaps between waits,
     and that guess runs past its end: for a loop fed by worker processes, the
     first of its workers to exit after its last wait began (the loader shut
-    down once the loop was done with it) ends the window if it comes first."""
+    down once the loop was done with it) ends the window if it comes first.
+    With Python stacks, the loop thread's last sample in the function that
+    calls its loader ends it instead of the guess (a loop whose next() calls
+    are shorter than the sampling interval shows few of them)."""
     starts, ends = [], []
     for lp in loops:
         e = lp.episodes
@@ -798,6 +825,8 @@ def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tup
         starts.append(int(e[0, 0]))
         tail = int(np.median(e[1:, 0] - e[:-1, 1])) if len(e) > 1 else 0
         end = min(int(e[-1, 1]) + tail, t1)
+        if lp.end_ns is not None:       # the loop left its own function (Python stacks)
+            end = min(max(lp.end_ns, int(e[-1, 1])), t1)
         if con is not None and lp.how == "worker-processes" and lp.producers:
             shut = con.execute(f"""select min(exit_ns) from threads
                 where tid in ({",".join(map(str, lp.producers))})

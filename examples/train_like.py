@@ -1,8 +1,8 @@
 """A small training-like job: a data loader with worker processes reading
 .npz samples, a training loop, and a checkpoint written every few steps.
 
-    python examples/train_like.py --data DIR [--steps 40] [--workers 2]
-                                  [--ckpt-every 20] [--ckpt-mb 16]
+    python examples/train_like.py --data DIR [--steps 120] [--workers 2]
+                                  [--ckpt-every 40] [--ckpt-mb 16]
 
 The dataset is made on first use (not traced: run --prepare-only first)."""
 from __future__ import annotations
@@ -47,10 +47,10 @@ def checkpoint(path: str, step: int, mb: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--ckpt-every", type=int, default=20)
+    ap.add_argument("--ckpt-every", type=int, default=40)
     ap.add_argument("--ckpt-mb", type=int, default=16)
     ap.add_argument("--prepare-only", action="store_true")
     args = ap.parse_args()
@@ -67,7 +67,7 @@ def main() -> None:
         for step in range(1, args.steps + 1):
             for _ in range(args.batch):
                 next(batches)
-            time.sleep(0.005)                    # the "GPU" step
+            time.sleep(0.01)                     # the "GPU" step
             if step % args.ckpt_every == 0:
                 checkpoint(ckpt, step, args.ckpt_mb)
     print(f"trained {args.steps} steps on {len(files)} samples, "

@@ -105,7 +105,35 @@ def test_loader_frame_option(tmp_path, npys):
 def test_a_script_that_only_loads(tmp_path, npys):
     """It does nothing but np.load: all of its time is loading (AU about 0),
     where the kernel alone sees short reads and calls the rest compute."""
-    truth, v = run(tmp_path, "own_loader.py", npys, "--only-load")
+    truth, v = run(tmp_path, "own_loader.py", npys, "--only-load", "--epochs", "400")
     assert truth["au"] < 0.1
     check_au(truth, v)
     assert v["status"] == "io-bound"
+
+
+@pytest.fixture(scope="module")
+def tfrecords(tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    d = tmp_path_factory.mktemp("tfrecords")
+    import subprocess
+    subprocess.run([sys.executable, str(WORKLOADS / "tfdata_train.py"), str(d), "--make", "400"],
+                   check=True, capture_output=True)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("args", [
+    ("--parallel", "2", "--steps", "300"),                       # a Keras CNN step: compute
+    ("--parallel", "1", "--steps", "600", "--compute", "0.005",  # prep-bound: one decoder
+     "--compute-kind", "sleep")], ids=["keras-cnn", "one-decoder"])
+def test_tf_data_custom_loop(tmp_path, tfrecords, args):
+    """tf.data reads, decodes and batches on its own native threads (no
+    Python on them) and hands batches to the Python thread that calls
+    next(): that thread is the loop, inside the tf.data iterator's __next__."""
+    truth, v = run(tmp_path, "tfdata_train.py", tfrecords, *args)
+    check_au(truth, v)
+    lf = v["loops"][0]["loader_frame"]
+    assert (lf["source"], lf["what"]) == ("known", "tf.data iterator")
+    # the window ends with the loop's last step, not a guess past it
+    spans = truth["wait_spans_ns"]
+    assert abs(v["training_window"]["end_ns"] - spans[-1][1]) < 0.1e9, v["training_window"]

@@ -58,7 +58,8 @@ def check_wait(truth, v):
 
 
 def test_compute_bound_loader_is_not_io_bound(tmp_path, dataset):
-    truth, v, _ = train(tmp_path, dataset, "--workers", "2", "--compute", "0.06")
+    truth, v, _ = train(tmp_path, dataset, "--workers", "2", "--compute", "0.06",
+                        "--epochs", "2")       # a window over 1 s: enough to judge
     check_wait(truth, v)
     share = sum(truth["wait_s"]) / truth["loop_window_s"]
     assert v["accelerator_utilization"] == pytest.approx(1 - share, abs=0.05)
@@ -122,10 +123,13 @@ def test_timeline_of_the_loop(tmp_path, dataset):
 def test_more_busy_workers_than_cores_is_cpu_starved(tmp_path, dataset):
     n = 3 * (os.cpu_count() or 2)
     truth, v, _ = train(tmp_path, dataset, "--workers", str(n), "--prep", "0.02",
-                        "--compute", "0.005", "--compute-kind", "sleep", "--batch", "2")
+                        "--compute", "0.005", "--compute-kind", "sleep", "--batch", "2",
+                        "--epochs", "2")
     check_wait(truth, v)
     assert v["status"] == "io-bound"
-    assert v["stall"]["cpu_starved"] > 0.3, v["stall"]
+    # the second epoch's workers start up (fork, first reads): prep and
+    # transfer then share the waits with cpu-starved
+    assert v["stall"]["cpu_starved"] > 0.2, v["stall"]
 
 
 def test_num_workers_0_reads_itself(tmp_path, dataset):
@@ -136,7 +140,8 @@ def test_num_workers_0_reads_itself(tmp_path, dataset):
 
 def test_thread_loader(tmp_path, dataset):
     truth, v, _ = train(tmp_path, dataset, "--loader", "threads", "--workers", "2",
-                        "--prep", "0.02", "--compute", "0.005", "--compute-kind", "sleep")
+                        "--prep", "0.02", "--compute", "0.005", "--compute-kind", "sleep",
+                        "--epochs", "3")
     check_wait(truth, v)
     assert v["loops"][0]["how"] == "loader-threads" and v["status"] == "io-bound"
 
@@ -259,7 +264,8 @@ def test_fio_read_rate_matches_fios_own(tmp_path):
     out = tmp_path / "fio.json"
     proc, trace = trace_run(tmp_path / "trace", "fio", "--name=seq", f"--filename={data}",
                             "--rw=read", "--bs=1M", "--ioengine=psync", "--size=256M",
-                            "--loops=4", "--output-format=json", f"--output={out}")
+                            "--time_based=1", "--runtime=2", "--output-format=json",
+                            f"--output={out}")     # 2 s: a window long enough to judge
     assert proc.returncode == 0, proc.stderr
     bw = json.loads(out.read_text())["jobs"][0]["read"]["bw_bytes"]
     v = build_report(trace, Targets()).verdict

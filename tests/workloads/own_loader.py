@@ -3,7 +3,7 @@ sorts it (in-loop prep, on the loop's CPU), timing its own waits.
 
     own_loader.py DATA_DIR OUT_JSON [--compute S] [--epochs N]
     own_loader.py DATA_DIR --make N        # N samples of 4 MiB, untraced
-    own_loader.py DATA_DIR OUT_JSON --only-load   # np.load each file, nothing else
+    own_loader.py DATA_DIR OUT_JSON --only-load   # np.load each file (--epochs times), nothing else
 
 Ground truth in OUT_JSON as train_loader.py's: per step the wait (time in
 next()), the window, the loop's thread id.
@@ -45,7 +45,7 @@ def main():
     waits = []
     start = time.perf_counter()
     if a.only_load:       # a script that only loads: all of its time is loading
-        for f in files:
+        for f in files * a.epochs:
             t = time.perf_counter()
             np.load(f)
             waits.append(time.perf_counter() - t)

@@ -361,7 +361,7 @@ def step_status(label: str, show: bool = True):
 
 def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
                 verbose=False, engine: Engine = DUCKDB, from_events=False,
-                loader_frame: Optional[str] = None) -> int:
+                loader_frame: Optional[str] = None, kernel_only: bool = False) -> int:
     """Builds and writes the report; returns the --fail-on exit status."""
     from .analyzers.report import build_report
     from .traceset import is_trace_set
@@ -380,7 +380,8 @@ def emit_report(trace_dir, targets, config, fmt, output, fail_on, window=None,
     else:
         with step_status(f"iotrace report {trace_dir}") as step:
             report = build_report(trace, targets, config, window_s=parse_window(window),
-                                  progress=step, loader_frame=loader_frame)
+                                  progress=step, loader_frame=loader_frame,
+                                  kernel_only=kernel_only)
     if fmt == "text":
         from .viewers.text import render_text
         render_text(report, _report_console(output, 100), verbose=verbose)
@@ -770,6 +771,10 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
                    "name). Default: a known loader's (PyTorch DataLoader, tf.data, DALI, "
                    "Hugging Face), else the frame the loop is in while the kernel sees it "
                    "wait. Needs a trace with Python stacks (run --py-stacks).")
+@click.option("--kernel-only", is_flag=True,
+              help="Judge from the kernel's view alone, as if the trace had no Python stacks "
+                   "(the loop's time on its own CPU inside its loader then counts as compute): "
+                   "to compare with a trace taken without them.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Text format: show every finding's evidence, files and processes.")
 @click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
@@ -783,7 +788,7 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
               help="A trace set: analyse every node's raw events, not the node summaries "
                    "written at the end of each trace.")
 def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on,
-           window, loader_frame, verbose, engine, spark_master, from_events):
+           window, loader_frame, kernel_only, verbose, engine, spark_master, from_events):
     """Say whether the training loop waits for data, why, and what to change.
 
     \b
@@ -815,7 +820,8 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
         fail(f"--loader-frame {loader_frame!r}: give MODULE:FUNCTION, e.g. "
              "torch.utils.data.dataloader:_BaseDataLoaderIter.__next__")
     sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose,
-                         Engine(engine, spark_master), from_events, loader_frame))
+                         Engine(engine, spark_master), from_events, loader_frame,
+                         kernel_only))
 
 
 @cli.command(context_settings=CONTEXT)

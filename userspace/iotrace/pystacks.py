@@ -57,6 +57,15 @@ def sampler_path() -> Optional[str]:
     return None
 
 
+def _realtime() -> None:
+    """The sampler's priority (in its child, before exec): real-time
+    (SCHED_FIFO 1) where allowed, else nice -10."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except OSError:
+        os.nice(-10)
+
+
 class PySampler:
     """The sampler process of one session."""
 
@@ -81,7 +90,7 @@ class PySampler:
             self.proc = subprocess.Popen(
                 [exe, "--out", str(self.out), "--rate", str(self.rate_hz), *map(str, roots)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                preexec_fn=lambda: os.nice(-10))
+                preexec_fn=_realtime)
         except OSError as e:
             self.error = f"cannot start {exe}: {e.strerror}"
 
