@@ -65,6 +65,13 @@ KNOWN = [
     ("multiprocessing/pool.py", "IMapIterator.next", "multiprocessing.Pool.imap"),
 ]
 
+# frames inside a loader's next() that are not waits for data: the loader
+# shutting down after its last batch (PyTorch joins its workers in the call
+# that raises StopIteration; benchmarks do not time it, and no batch comes)
+NOT_WAITS = [
+    ("torch/utils/data/dataloader.py", "_shutdown_workers"),
+]
+
 
 @dataclass
 class LoaderFrame:
@@ -146,26 +153,24 @@ def find(con, tid: int, kernel_waits: np.ndarray, th: dict,
     return _from_data(con, ts, sid, kernel_waits, th)
 
 
-def known_loop(con, pid: int, th: dict) -> Optional[int]:
-    """The thread of the process that calls a known loader's next() (at least
-    min_runs times, the most of any), or None: with tf.data the kernel sees
-    its native pool threads hand elements to one another, and may take one
-    of them for the loop."""
-    best, most = None, 0
+def known_loops(con, th: dict) -> dict[int, int]:
+    """{pid: tid} of the thread of each process that calls a known loader's
+    next() (at least min_runs times, the most of its process)."""
+    best: dict[int, tuple[int, int]] = {}
     for suffix, function, _ in KNOWN:
         rows = con.execute("""select distinct stack_id, function from pyframes
                               where ends_with(file, ?)""", [suffix]).fetchall()
         hit = [int(sid) for sid, fn in rows if _match(fn, function)]
         if not hit:
             continue
-        tids = [t for (t,) in con.execute(f"""select distinct tid from pystacks where pid = {int(pid)}
-            and tid > 0 and stack_id in ({",".join(map(str, hit))})""").fetchall()]
-        for tid in tids:
+        pairs = con.execute(f"""select distinct pid, tid from pystacks where tid > 0
+            and stack_id in ({",".join(map(str, hit))})""").fetchall()
+        for pid, tid in pairs:
             _, sid, _ = loop_samples(con, tid)
             n = runs_of(np.isin(sid, hit))
-            if n >= th["min_runs"] and n > most:
-                best, most = int(tid), n
-    return best
+            if n >= th["min_runs"] and n > best.get(pid, (0, 0))[1]:
+                best[int(pid)] = (int(tid), n)
+    return {p: t for p, (t, _) in best.items()}
 
 
 def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], str]:
@@ -212,6 +217,8 @@ def _attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray
     if len(ts) == 0:
         return ts, np.zeros(0, dtype=bool)
     inside = _stacks_with(con, frame.file, frame.function, sid)
+    for suffix, function in NOT_WAITS:
+        inside &= ~_stacks_with(con, suffix, function, sid)
     fail = np.asarray(con.execute(f"""select ts_ns from pystacks where stack_id = -1
         and pid = (select any_value(pid) from pystacks where tid = {int(tid)})
         and ts_ns between {int(ts[0])} and {int(ts[-1])}""").fetchnumpy()["ts_ns"],

@@ -678,24 +678,64 @@ def _in_loader(con, lp: Loop, t0: int, t1: int, th: dict, override: Optional[str
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, lth, override)
     if lp.loader:
         lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
+        if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
+            lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
         inside = loader_frame.time_inside(con, lp.tid, lp.loader, lp.kernel_waits, lp.end_ns,
                                           rest_only=lp.how != "self-loading")
         lp.episodes = ivl.clip(ivl.union(inside, int(th["merge_gap_ms"] * 1e6)), t0, t1)
 
 
-def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> None:
-    """A loop thread that never calls a known loader, in a process where
-    another thread does: that thread is the loop (tf.data: the Python thread
-    that calls the iterator, not one of its native pool threads), and the
-    kernel's choice joins the producers."""
+def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> list[Loop]:
+    """The loops as the Python stacks show them: the thread of a process that
+    calls a known loader's next() is that process's loop. Where the kernel
+    took another thread of it (tf.data: one of its native pool threads,
+    which hand elements to one another on futexes), that thread joins the
+    producers; where the kernel took its worker processes for loops that
+    load themselves (it saw no batch handed to the caller: a pin-memory
+    thread in between, batches through shared memory), they become its
+    producers, with the threads of its own process that they feed (relays)."""
     lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
-    for lp in loops:
-        if lp.how == "checkpoint-only":
-            continue
-        tid = loader_frame.known_loop(con, lp.pid, lth)
-        if tid is not None and tid != lp.tid:
+    callers = loader_frame.known_loops(con, lth)
+    if not callers:
+        return loops
+    parent = dict(con.execute("select pid, any_value(ppid) from processes group by pid").fetchall())
+
+    def under(pid: int, top: int) -> bool:
+        for _ in range(64):
+            pid = parent.get(pid)
+            if pid is None:
+                return False
+            if pid == top:
+                return True
+        return False
+
+    absorbed: set[int] = set()
+    out = list(loops)
+    for pid, tid in callers.items():
+        lp = next((x for x in out if x.pid == pid), None)
+        if lp is None:
+            lp = Loop(pid, tid, threads_of.get(tid, (pid, ""))[1], "loader-threads", [])
+            out.append(lp)
+        elif lp.tid != tid:
             lp.producers = [t for t in lp.producers if t != tid] + [lp.tid]
-            lp.tid, lp.name = tid, threads_of.get(tid, (lp.pid, ""))[1]
+            lp.tid, lp.name = tid, threads_of.get(tid, (pid, ""))[1]
+        kids = [x for x in out if x.pid != pid and x.pid not in callers and under(x.pid, pid)]
+        if not kids:
+            continue
+        lp.how = "worker-processes"
+        kid_pids = {k.pid for k in kids}
+        for k in kids:
+            absorbed.add(id(k))
+        workers = {t: 1 for t, (p, _) in threads_of.items() if p in kid_pids}
+        lp.producers += list(workers)
+        # relays: threads of its process fed by the workers (a pin-memory
+        # thread reading their pipes), not any thread that wakes it (a CUDA
+        # driver thread ending a GPU sync is compute)
+        lp.producers += [t for t, ppid, n, _, _ in _deliveries(con, workers, threads_of)
+                         if ppid in kid_pids and threads_of.get(t, (None,))[0] == pid
+                         and n >= th["min_deliveries"]]
+        lp.producers = list(dict.fromkeys(t for t in lp.producers if t != tid))
+    return [x for x in out if id(x) not in absorbed]
 
 
 def _loop_cpu(tl: Timelines, lp: Loop, eps: np.ndarray) -> np.ndarray:
@@ -724,7 +764,7 @@ def analyse(con, th: dict, t0: int, t1: int,
     tl.load(loop_tids)
     stacks = use_stacks and loader_frame.have_stacks(con)
     if stacks:
-        _loops_from_stacks(con, loops, th, threads_of=_threads(con))
+        loops = _loops_from_stacks(con, loops, th, threads_of=_threads(con))
         tl.load({lp.tid for lp in loops} - loop_tids)
         loop_tids = {lp.tid for lp in loops}
     for lp in loops:
@@ -825,8 +865,8 @@ def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tup
         starts.append(int(e[0, 0]))
         tail = int(np.median(e[1:, 0] - e[:-1, 1])) if len(e) > 1 else 0
         end = min(int(e[-1, 1]) + tail, t1)
-        if lp.end_ns is not None:       # the loop left its own function (Python stacks)
-            end = min(max(lp.end_ns, int(e[-1, 1])), t1)
+        if lp.end_ns is not None and lp.end_ns > e[0, 0]:   # the loop left its own function
+            end = min(lp.end_ns, t1)
         if con is not None and lp.how == "worker-processes" and lp.producers:
             shut = con.execute(f"""select min(exit_ns) from threads
                 where tid in ({",".join(map(str, lp.producers))})

@@ -124,7 +124,12 @@ def test_dlio_without_compute_reads_at_its_rate(tmp_path, data):
     its start-up."""
     warm(data)
     m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0")
-    assert v["status"] == "io-bound", v["summary"]
+    # 16 steps of ~15 ms: a window under 1 s is too little for a confident
+    # status, though the numbers are given (for a longer run: io-bound)
+    win = v["time_budget_s"]["window"]
+    assert v["status"] == ("io-bound" if win >= 1 else "unknown"), v["summary"]
+    if win < 1:
+        assert v["summary"].startswith("Too little to judge (a training window of"), v["summary"]
     # 16 steps of ~15 ms: the share moves between 35% and 67% from run to run
     assert v["data_wait_share"] > 0.25, v["summary"]
     # the workers' CPU (decoding, waiting for a core, pickling the batch into the
