@@ -8,10 +8,10 @@ next(): blocked there (the kernel shows why) or on its own CPU there
 cannot tell from compute. With the job's Python stacks (pystacks.parquet):
 
 1. The loader frame, in this order: `--loader-frame MODULE:FUNCTION`; a known
-   loader's next() (KNOWN) that the loop thread enters and leaves at least
-   `min_runs` times; else, from the data, the outermost frame on the loop's
-   stack in at least `min_wait_share` of its samples taken during the waits
-   the kernel saw, among the frames entered and left about once a step
+   loader's next() (KNOWN) that the loop thread is seen in; else, from the
+   data (from the first wait the kernel saw to the last), the outermost frame
+   on the loop's stack in at least `min_wait_share` of its samples taken
+   during the waits the kernel saw, entered at least `min_runs` times, among the frames entered and left about once a step
    (at least `step_runs_share` of the most-entered such frame's runs).
 2. The time in it: the waits the kernel saw (exact), and more from the
    loop's samples, from its first entry into the frame to its end
@@ -146,7 +146,9 @@ def find(con, tid: int, kernel_waits: np.ndarray, th: dict,
     for suffix, function, what in KNOWN:
         inside = _stacks_with(con, suffix, function, sid)
         n = runs_of(inside)
-        if n >= th["min_runs"] and (best is None or n > best.runs):
+        # a known loader's next() on the loop's stack is its loader, however
+        # seldom seen (a loader that keeps ahead returns at once)
+        if n >= 1 and (best is None or n > best.runs):
             best = LoaderFrame(function, suffix, "known", what, n)
     if best:
         return best, ""
@@ -174,6 +176,9 @@ def known_loops(con, th: dict) -> dict[int, int]:
 
 
 def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], str]:
+    if len(kernel_waits):      # the training: from the first wait the kernel saw to the last
+        keep = (ts >= kernel_waits[0, 0]) & (ts <= kernel_waits[-1, 1])
+        ts, sid = ts[keep], sid[keep]
     in_wait = ivl.covered(ivl.union(kernel_waits), ts) if len(kernel_waits) else \
         np.zeros(len(ts), dtype=bool)
     if in_wait.sum() < th["min_wait_samples"]:
@@ -285,33 +290,34 @@ def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY
 
 def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
     """When the training loop ended: the last sample of the loop thread in
-    the function that calls the loader (the loop's own function: train(),
-    main()), or None. A loop whose next() calls are shorter than the sampling
-    interval shows few of them, and the gap after the last one seen says
-    little of when its last step ended."""
+    the function that runs the loop (the innermost caller of the loader that
+    is also on the stack while the loop computes: train(), main(); not a
+    generator that wraps the loader), or None. A loop whose next() calls are
+    shorter than the sampling interval shows few of them, and the gap after
+    the last one seen says little of when its last step ended."""
     ts, sid, _ = loop_samples(con, tid)
     inside = _stacks_with(con, frame.file, frame.function, sid)
     if not inside.any():
         return None
-    con.register("_le_sid", {"sid": np.unique(sid[inside])})
-    row = con.execute("""
-        with lf as (select stack_id, min(depth) as d from pyframes
-                    where stack_id in (select sid from _le_sid) and ends_with(file, ?)
-                      and (function = ? or ends_with(function, '.' || ?))
-                    group by stack_id)
-        select c.function, c.file from pyframes c join lf
-          on c.stack_id = lf.stack_id and c.depth = lf.d - 1
-        group by all order by count(*) desc limit 1""",
-                      [frame.file, frame.function, frame.function]).fetchall()
-    row = row[0] if row else None
-    con.unregister("_le_sid")
-    if row is None:
+    first = int(np.argmax(inside))
+    out = np.unique(sid[first:][~inside[first:]])
+    if len(out) == 0:
         return None
-    caller = _stacks_with(con, row[1], row[0], sid)
-    if not caller.any():
+    # the callers of the loader on its most frequent stack, innermost first
+    top = int(np.bincount(sid[inside]).argmax())
+    chain = con.execute("""select function, file, depth from pyframes where stack_id = ?
+                           order by depth desc""", [top]).fetchall()
+    k = next((i for i, (fn, f, _) in enumerate(chain)
+              if f.endswith(frame.file) and _match(fn, frame.function)), None)
+    if k is None:
         return None
     per = (ts[-1] - ts[0]) // max(len(ts) - 1, 1)
-    return int(ts[np.flatnonzero(caller)[-1]] + per // 2)
+    n_out = int((~inside[first:]).sum())
+    for fn, f, _ in chain[k + 1:]:
+        on = _stacks_with(con, f, fn, sid)
+        if on[first:][~inside[first:]].sum() >= 0.5 * n_out:
+            return int(ts[np.flatnonzero(on)[-1]] + per // 2)
+    return None
 
 
 def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,

@@ -112,7 +112,9 @@ def test_compute_bound_dlio_passes_au(tmp_path, data):
     warm(data)
     m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0.2")
     theirs = m["train_au_mean_percentage"] / 100
-    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
+    # DLIO leaves the first step out of its AU: so does the figure compared
+    ours = v["after_first_step"]["accelerator_utilization"]
+    assert ours == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
     assert v["status"] == ("not-io-bound" if theirs >= 0.9 else "io-bound"), v["summary"]
     assert v["loops"][0]["how"] == "worker-processes"
 
@@ -153,12 +155,12 @@ def test_throttled_cold_dlio_is_fetch_bound(tmp_path, data):
                                prefix=prefix)
     theirs = m["train_au_mean_percentage"] / 100
     assert v["status"] == "io-bound", v["summary"]
-    # iotrace's window takes in the first step's wait, which DLIO leaves out, and
-    # counts DLIO's own per-step work as compute: 2.6 points apart on one machine
-    # of this kind, 1.9-5.7 on another, 4.2-5.6 alone and 7.0 under the whole
-    # suite on a third (DLIO's own work grows with the load). The waits
+    # compared without the first step, as DLIO counts (the headline keeps it:
+    # kernel-only, 1.9-7.0 points apart, mostly that first wait). The waits
     # themselves agree within 1%: run_dlio checks them, the ground truth here.
-    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.09), (theirs, v["summary"])
+    ours = v["after_first_step"]["accelerator_utilization"]
+    print(f"AU without the first step: DLIO {theirs:.1%}, iotrace {ours:.1%}")
+    assert ours == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
     assert max(v["stall"], key=v["stall"].get) == "fetch", v["stall"]
     # what the storage delivered while the data set was read: the throttle's rate;
     # DLIO's own figure divides by its steps' time, compute included, so it is lower
@@ -189,6 +191,7 @@ def test_dlio_starved_by_slow_storage_near_zero_au(tmp_path, data):
     # near 0 on both sides; apart by what the window and DLIO's own per-step work
     # add (as in the throttled case above): 1.3% against 5.3% on one machine
     assert v["accelerator_utilization"] < 0.1, v["summary"]
-    assert v["accelerator_utilization"] == pytest.approx(theirs, abs=0.05), (theirs, v["summary"])
+    ours = v["after_first_step"]["accelerator_utilization"]     # as DLIO counts
+    assert ours == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
     assert v["status"] == "io-bound" and max(v["stall"], key=v["stall"].get) == "fetch"
     device_at_the_throttle(found, 20e6)
