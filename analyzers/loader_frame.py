@@ -87,9 +87,14 @@ class LoaderFrame:
 
 
 def have_stacks(con) -> bool:
-    if hasattr(con, "spark"):       # the Spark engine reads no stacks (yet): kernel-only verdict
-        return False
     return bool(con.execute("select count(*) from pystacks").fetchone()[0])
+
+
+def _register(con, name: str, cols: dict) -> None:
+    """numpy columns as a view: as they are on DuckDB (through pyarrow, the
+    first conversion imports pandas), as Arrow on Spark."""
+    import pyarrow as pa
+    con.register(name, pa.table(cols) if hasattr(con, "spark") else cols)
 
 
 def loop_samples(con, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,7 +190,7 @@ def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], s
         return None, ("no known loader frame on the loop's stack, and too few samples in its "
                       f"kernel-seen waits ({int(in_wait.sum())}) to find one from the data")
     # each frame (function, file) with the outermost depth it is seen at
-    con.register("_lf_sid", {"sid": np.unique(sid)})
+    _register(con, "_lf_sid", {"sid": np.unique(sid)})
     rows = con.execute("""select function, file, stack_id, min(depth) from pyframes
                           where stack_id in (select sid from _lf_sid)
                           group by all""").fetchall()
@@ -339,7 +344,7 @@ def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
     if not keep.any():
         return []
     u, n = np.unique(sids[keep], return_counts=True)
-    con.register("_tf_sid", {"sid": u, "n": n})
+    _register(con, "_tf_sid", {"sid": u, "n": n})
     rows = con.execute("""with leaf as (
             select stack_id, arg_max(function, depth) as function, arg_max(file, depth) as file
             from pyframes where stack_id in (select sid from _tf_sid) group by stack_id)

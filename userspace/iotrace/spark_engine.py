@@ -307,6 +307,7 @@ def create_views(con: SparkConnection, root: Path, prefix: str = "") -> None:
                         .withColumn("local_rank", F.lit(None).cast("int")))
             df.createOrReplaceTempView(f"{prefix}{name}")
         _request_views(spark, Path(root), prefix)
+        _pystack_views(spark, Path(root), prefix)
     except IotraceError:
         raise
     except Exception as e:  # noqa: BLE001 - a broken Parquet file: which trace
@@ -329,6 +330,22 @@ def _request_views(spark, root: Path, prefix: str) -> None:
         root = tmp
     for n in names:
         spark.read.parquet(str(root / f"{n}.parquet")).createOrReplaceTempView(f"{prefix}{n}")
+
+
+def _pystack_views(spark, root: Path, prefix: str) -> None:
+    """pystacks and pyframes (the job's Python stacks), empty where the trace
+    has none: what trace._pystack_views makes on DuckDB."""
+    from .pystacks import FRAMES_SCHEMA, SAMPLES_SCHEMA
+    types = {"int64": "bigint", "int32": "int", "int16": "smallint", "bool": "boolean",
+             "string": "string"}
+    for name, schema in (("pystacks", SAMPLES_SCHEMA), ("pyframes", FRAMES_SCHEMA)):
+        p = root / f"{name}.parquet"
+        if p.exists():
+            df = spark.read.parquet(str(p))
+        else:
+            cols = ", ".join(f"cast(null as {types[str(f.type)]}) as {f.name}" for f in schema)
+            df = spark.sql(f"select {cols} where false")
+        df.createOrReplaceTempView(f"{prefix}{name}")
 
 
 def _spark_type(duck_type: str) -> str:
