@@ -150,6 +150,7 @@ bench: all
 	$(PY) bench/report_speed.py
 	$(PY) bench/export_speed.py
 	$(PY) bench/verbs_uprobe.py
+	$(PY) bench/pystacks_cost.py
 
 clean:
 	rm -rf $(BUILD) $(PKG_BIN) $(PKG_SAMPLER) userspace/pysampler/target $(VENV) *.egg-info

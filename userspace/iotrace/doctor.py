@@ -61,6 +61,13 @@ def run_doctor(console: Console) -> int:
     line(tracefs, "tracefs", "/sys/kernel/tracing" if tracefs else
          "not mounted (optional for iotrace): mount -t tracefs nodev /sys/kernel/tracing",
          required=False)
+    from .pystacks import sampler_path
+    sampler = sampler_path()
+    line(bool(sampler), "Python stacks", f"{sampler} (py-spy as a library; the verdict counts "
+         "the loop's time inside its loader's next())" if sampler else
+         "iotrace-pysampler not built (make builds it with cargo): the verdict is the "
+         "kernel's alone, and the loop's own CPU inside its loader counts as compute",
+         required=False)
     try:
         rec = recorder_path()
         line(True, "recorder", rec)
