@@ -52,6 +52,10 @@ def run(tmp_path, script, *args, report_kw=None):
     assert proc.returncode == 0, proc.stderr[-2000:]
     truth = json.loads(out.read_text())
     report = build_report(trace, Targets(), **(report_kw or {}))
+    kernel = build_report(iotrace.open_trace(tmp_path / "t"), Targets(), kernel_only=True)
+    print(f"{script} {' '.join(map(str, args[1:]))}: own AU {truth['au']:.1%} over "
+          f"{truth['loop_window_s']:.1f} s, iotrace {report.verdict['accelerator_utilization']:.1%}"
+          f", kernel only {kernel.verdict['accelerator_utilization']:.1%}")
     return truth, report.verdict
 
 

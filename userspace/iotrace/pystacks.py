@@ -62,8 +62,13 @@ def _realtime() -> None:
     (SCHED_FIFO 1) where allowed, else nice -10."""
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        return
     except OSError:
+        pass
+    try:
         os.nice(-10)
+    except OSError:     # no CAP_SYS_NICE (a non-root user with CAP_BPF): as it is
+        pass
 
 
 class PySampler:
@@ -91,8 +96,8 @@ class PySampler:
                 [exe, "--out", str(self.out), "--rate", str(self.rate_hz), *map(str, roots)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 preexec_fn=_realtime)
-        except OSError as e:
-            self.error = f"cannot start {exe}: {e.strerror}"
+        except (OSError, subprocess.SubprocessError) as e:
+            self.error = f"cannot start {exe}: {getattr(e, 'strerror', None) or e}"
 
     def stop(self) -> None:
         if self.proc is None:
