@@ -152,6 +152,10 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     if not w.stacks:
         v["stacks_note"] = stacks_note(ctx)
         text += " " + v["stacks_note"]
+    elif loop.loader is None and loop.how != "checkpoint-only":
+        v["stacks_note"] = (f"Kernel-only verdict ({loop.loader_why}): time the loop spends on "
+                            "its own CPU inside its loader counts as compute.")
+        text += " " + v["stacks_note"]
     if short:
         text = f"Too little to judge ({short}): " + text
     steps = max(w.steps, 1)
@@ -213,11 +217,15 @@ def too_little(w: Waits, th: dict) -> Optional[str]:
     win = w.budget.get("window", 0.0)
     if win < th["min_window_s"]:
         return f"a training window of {human_s(win)}, under {th['min_window_s']:g} s"
-    # a loop that waits most of a long enough window is io-bound however its
-    # waits fall (a script that only loads: one wait from start to end)
-    busy = win > 0 and w.budget.get("data_wait", 0.0) / win >= 0.5
+    # few waits, and the window they give is uncertain; but a loop that
+    # waits most of a long enough window is io-bound however its waits fall
+    # (a script that only loads: one wait from start to end), and one that
+    # waits under a quarter of the io-bound share is not io-bound even if that
+    # window were 4 times too long (a loader that keeps ahead: no waits)
+    share = w.budget.get("data_wait", 0.0) / win if win > 0 else 0.0
+    clear = share >= 0.5 or share < th["io_bound_share"] / 4
     if w.steps < th["min_data_waits"] and w.loops and w.loops[0].how != "checkpoint-only" \
-            and not busy:
+            and not clear:
         return f"{w.steps} data wait(s) seen, under {th['min_data_waits']}"
     return None
 

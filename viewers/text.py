@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .common import fmt_key, fmt_value, rel_time
+from iotrace.analyzers.rates import human_s
 
 COLOURS = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 STATUS = {"io-bound": "bold red", "not-io-bound": "bold green", "unknown": "bold",
@@ -41,7 +42,7 @@ def render_text(report, console: Console, verbose: bool = False) -> None:
         if not verbose:
             parts.append(Text.assemble(("what to change: ", "bold"), f.recommendation))
             if f.saving_s:
-                parts.append(Text(f"would save up to {f.saving_s:.2f} s of the loop's time",
+                parts.append(Text(f"would save up to {human_s(f.saving_s)} of the loop's time",
                                   style="dim"))
             console.print(Panel(Group(*parts), title=head, title_align="left",
                                 border_style=COLOURS[f.severity]))
