@@ -131,7 +131,7 @@ def tfrecords(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args", [
-    ("--parallel", "2", "--steps", "300"),                       # a Keras CNN step: compute
+    ("--parallel", "2", "--steps", "600"),                       # a Keras CNN step: compute
     ("--parallel", "1", "--steps", "600", "--compute", "0.005",  # prep-bound: one decoder
      "--compute-kind", "sleep")], ids=["keras-cnn", "one-decoder"])
 def test_tf_data_custom_loop(tmp_path, tfrecords, args):
