@@ -43,6 +43,7 @@ from typing import Optional
 import numpy as np
 
 from . import intervals as ivl
+from .views import register_columns
 
 THRESHOLDS = {
     "min_runs": 3,              # entries into the frame to call it a loader that is called per step
@@ -90,12 +91,6 @@ def have_stacks(con) -> bool:
     return bool(con.execute("select count(*) from pystacks").fetchone()[0])
 
 
-def _register(con, name: str, cols: dict) -> None:
-    """numpy columns as a view: as they are on DuckDB (through pyarrow, the
-    first conversion imports pandas), as Arrow on Spark."""
-    import pyarrow as pa
-    con.register(name, pa.table(cols) if hasattr(con, "spark") else cols)
-
 
 def loop_samples(con, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ts_ns, stack_id, on_cpu) of the thread's samples, in time order."""
@@ -115,12 +110,16 @@ def _match(function: str, want: str) -> bool:
         ("." in want and function == want.rsplit(".", 1)[1])
 
 
-def _stacks_with(con, file_suffix: str, function: str, sids: np.ndarray) -> np.ndarray:
-    """Which of the stacks sids hold a frame of that function in a file ending so."""
+def frame_stacks(con, file_suffix: str, function: str) -> list[int]:
+    """The stacks that hold a frame of that function in a file ending so."""
     rows = con.execute("""select distinct stack_id, function from pyframes
                           where ends_with(file, ?)""", [file_suffix]).fetchall()
-    hit = {int(s) for s, fn in rows if _match(fn, function)}
-    return np.isin(sids, list(hit)) if hit else np.zeros(len(sids), dtype=bool)
+    return sorted({int(s) for s, fn in rows if _match(fn, function)})
+
+
+def _stacks_with(con, file_suffix: str, function: str, sids: np.ndarray) -> np.ndarray:
+    """Which of the stacks sids hold a frame of that function in a file ending so."""
+    return np.isin(sids, frame_stacks(con, file_suffix, function))
 
 
 def runs_of(inside: np.ndarray) -> int:
@@ -165,9 +164,7 @@ def known_loops(con, th: dict) -> dict[int, int]:
     next() (at least min_runs times, the most of its process)."""
     best: dict[int, tuple[int, int]] = {}
     for suffix, function, _ in KNOWN:
-        rows = con.execute("""select distinct stack_id, function from pyframes
-                              where ends_with(file, ?)""", [suffix]).fetchall()
-        hit = [int(sid) for sid, fn in rows if _match(fn, function)]
+        hit = frame_stacks(con, suffix, function)
         if not hit:
             continue
         pairs = con.execute(f"""select distinct pid, tid from pystacks where tid > 0
@@ -190,7 +187,7 @@ def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], s
         return None, ("no known loader frame on the loop's stack, and too few samples in its "
                       f"kernel-seen waits ({int(in_wait.sum())}) to find one from the data")
     # each frame (function, file) with the outermost depth it is seen at
-    _register(con, "_lf_sid", {"sid": np.unique(sid)})
+    register_columns(con, "_lf_sid", {"sid": np.unique(sid)})
     rows = con.execute("""select function, file, stack_id, min(depth) from pyframes
                           where stack_id in (select sid from _lf_sid)
                           group by all""").fetchall()
@@ -344,7 +341,7 @@ def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
     if not keep.any():
         return []
     u, n = np.unique(sids[keep], return_counts=True)
-    _register(con, "_tf_sid", {"sid": u, "n": n})
+    register_columns(con, "_tf_sid", {"sid": u, "n": n})
     rows = con.execute("""with leaf as (
             select stack_id, arg_max(function, depth) as function, arg_max(file, depth) as file
             from pyframes where stack_id in (select sid from _tf_sid) group by stack_id)

@@ -149,13 +149,10 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     if afs and abs(afs["accelerator_utilization"] - au) >= 0.01:
         text += (f" Without the first step (its wait {human_s(afs['first_wait_s'])}, as DLIO "
                  f"counts): AU ≈ {afs['accelerator_utilization']:.0%}.")
-    if not w.stacks:
-        v["stacks_note"] = stacks_note(ctx)
-        text += " " + v["stacks_note"]
-    elif loop.loader is None and loop.how != "checkpoint-only":
-        v["stacks_note"] = (f"Kernel-only verdict ({loop.loader_why}): time the loop spends on "
-                            "its own CPU inside its loader counts as compute.")
-        text += " " + v["stacks_note"]
+    note = stacks_note(ctx, w)
+    if note:
+        v["stacks_note"] = note
+        text += " " + note
     if short:
         text = f"Too little to judge ({short}): " + text
     steps = max(w.steps, 1)
@@ -242,10 +239,16 @@ def _named_prep(loop: dict, top: dict) -> str:
     return " ".join(out)
 
 
-def stacks_note(ctx: Context) -> str:
-    """Why the verdict is the kernel's alone: no Python stacks in the trace."""
+def stacks_note(ctx: Context, w: Waits) -> Optional[str]:
+    """Why the verdict is the kernel's alone (no Python stacks in the trace,
+    or none that show the loop's loader), or None where it is not."""
+    loop = w.loops[0]
     ps = ctx.meta.get("py_stacks")
-    if ctx.memo.get("kernel_only"):
+    if w.stacks:
+        if loop.loader is not None or loop.how == "checkpoint-only":
+            return None
+        why = loop.loader_why
+    elif ctx.memo.get("kernel_only"):
         why = "asked for with --kernel-only"
     elif not ps:
         why = "the trace has no Python stacks (traced with --py-stacks 0, or by an older iotrace)"

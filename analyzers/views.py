@@ -50,6 +50,16 @@ DUCKDB_MEMORY_SHARE = 0.5
 CACHE = "report_events"
 
 
+def register_columns(con, name: str, cols: dict) -> None:
+    """numpy columns as a view: as they are on DuckDB (it reads numpy arrays
+    directly; through pyarrow the first conversion imports pandas, a quarter
+    of a second), as an Arrow table on Spark."""
+    if hasattr(con, "spark"):
+        import pyarrow as pa
+        cols = pa.table(cols)
+    con.register(name, cols)
+
+
 def mem_available() -> int:
     """Bytes of memory available (MemAvailable), or the physical memory."""
     try:

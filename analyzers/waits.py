@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-import pyarrow as pa
 
 from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, READ_OPS,
                          RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
@@ -36,7 +35,7 @@ from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, RE
 from . import intervals as ivl
 from . import loader_frame
 from .loader_frame import LoaderFrame
-from .views import mem_available
+from .views import mem_available, register_columns
 
 AF_UNIX = 1
 THRESHOLDS = {
@@ -249,8 +248,13 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
     return loops, None
 
 
+def _parents(con) -> dict[int, int]:
+    """{pid: ppid} of the trace's processes."""
+    return dict(con.execute("select pid, any_value(ppid) from processes group by pid").fetchall())
+
+
 def _depths(con) -> dict[int, int]:
-    parent = dict(con.execute("select pid, any_value(ppid) from processes group by pid").fetchall())
+    parent = _parents(con)
     out: dict[int, int] = {}
     for p in parent:
         d, q = 0, p
@@ -674,8 +678,7 @@ def create_file_sets(con) -> None:
 def _in_loader(con, lp: Loop, t0: int, t1: int, th: dict, override: Optional[str]) -> None:
     """With Python stacks: the loop's loader frame, and its data waits widened
     to the time it spent in that frame (loader_frame.py)."""
-    lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
-    lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, lth, override)
+    lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, th, override)
     if lp.loader:
         lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
@@ -694,11 +697,10 @@ def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> li
     load themselves (it saw no batch handed to the caller: a pin-memory
     thread in between, batches through shared memory), they become its
     producers, with the threads of its own process that they feed (relays)."""
-    lth = {k: th.get(k, v) for k, v in loader_frame.THRESHOLDS.items()}
-    callers = loader_frame.known_loops(con, lth)
+    callers = loader_frame.known_loops(con, th)
     if not callers:
         return loops
-    parent = dict(con.execute("select pid, any_value(ppid) from processes group by pid").fetchall())
+    parent = _parents(con)
 
     def under(pid: int, top: int) -> bool:
         for _ in range(64):
@@ -763,6 +765,7 @@ def analyse(con, th: dict, t0: int, t1: int,
     loop_tids = {lp.tid for lp in loops}
     tl.load(loop_tids)
     stacks = use_stacks and loader_frame.have_stacks(con)
+    th = {**loader_frame.THRESHOLDS, **th}      # the loader frame's, where not given
     if stacks:
         loops = _loops_from_stacks(con, loops, th, threads_of=_threads(con))
         tl.load({lp.tid for lp in loops} - loop_tids)
@@ -819,9 +822,7 @@ def analyse(con, th: dict, t0: int, t1: int,
         cols = {"tid": np.concatenate([c[0] for c in costs]).astype(np.int32),
                 "ts_ns": np.concatenate([c[1] for c in costs]).astype(np.int64),
                 "cost_ns": np.concatenate([c[2] for c in costs]).astype(np.float64)}
-        # DuckDB reads numpy arrays as they are; through pyarrow, the first
-        # conversion imports pandas (a quarter of a second)
-        con.register("wait_cost_in", cols if not hasattr(con, "spark") else pa.table(cols))
+        register_columns(con, "wait_cost_in", cols)
         con.execute("""insert into wait_cost select tid, ts_ns, sum(cost_ns)
                        from wait_cost_in group by all""")
         con.unregister("wait_cost_in")

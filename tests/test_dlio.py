@@ -155,8 +155,11 @@ def test_dlio_without_compute_reads_at_its_rate(tmp_path, data):
     # pipe) is the cause; storage is not. How it splits between decoding and the
     # hand-over moves with the machine's load (prep + cpu-starved 48% against
     # transfer 51% once under the whole suite, mostly 60-70% alone)
+    # (the loop's own unpickling of a batch, transfer before the Python stacks,
+    # is the loop on CPU inside next() with them: loop_cpu, 6-12% here)
     st = v["stall"]
-    assert st["fetch"] < 0.1 and st["prep"] + st["cpu_starved"] + st["transfer"] > 0.9, st
+    assert st["fetch"] < 0.1 and \
+        st["prep"] + st["cpu_starved"] + st["transfer"] + st["loop_cpu"] > 0.9, st
     assert st["prep"] + st["cpu_starved"] > 0.3, st
     theirs = m["train_io_mean_MB_per_second"] * MiB        # DLIO's MB are MiB
     # the rate while reading, not averaged over start-up (which would be several

@@ -45,6 +45,18 @@ FRAMES_SCHEMA = pa.schema([("stack_id", pa.int32()), ("depth", pa.int16()),
                            ("line", pa.int32())])
 
 
+TABLES = (("pystacks", SAMPLES_SCHEMA), ("pyframes", FRAMES_SCHEMA))
+_SQL_TYPES = {"int64": "bigint", "int32": "int", "int16": "smallint", "bool": "boolean",
+              "string": "string"}
+
+
+def empty_select(schema: pa.Schema) -> str:
+    """SQL for an empty table of that schema, which DuckDB and Spark both
+    take: the view of a trace without Python stacks."""
+    return "select " + ", ".join(f"cast(null as {_SQL_TYPES[str(f.type)]}) as {f.name}"
+                                 for f in schema) + " where false"
+
+
 def sampler_path() -> Optional[str]:
     env = os.environ.get("IOTRACE_PYSAMPLER")
     if env:

@@ -335,16 +335,10 @@ def _request_views(spark, root: Path, prefix: str) -> None:
 def _pystack_views(spark, root: Path, prefix: str) -> None:
     """pystacks and pyframes (the job's Python stacks), empty where the trace
     has none: what trace._pystack_views makes on DuckDB."""
-    from .pystacks import FRAMES_SCHEMA, SAMPLES_SCHEMA
-    types = {"int64": "bigint", "int32": "int", "int16": "smallint", "bool": "boolean",
-             "string": "string"}
-    for name, schema in (("pystacks", SAMPLES_SCHEMA), ("pyframes", FRAMES_SCHEMA)):
+    from .pystacks import TABLES, empty_select
+    for name, schema in TABLES:
         p = root / f"{name}.parquet"
-        if p.exists():
-            df = spark.read.parquet(str(p))
-        else:
-            cols = ", ".join(f"cast(null as {types[str(f.type)]}) as {f.name}" for f in schema)
-            df = spark.sql(f"select {cols} where false")
+        df = spark.read.parquet(str(p)) if p.exists() else spark.sql(empty_select(schema))
         df.createOrReplaceTempView(f"{prefix}{name}")
 
 

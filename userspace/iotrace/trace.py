@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Optional
 
 import duckdb
-import pyarrow as pa
 
 from .abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, COPY_OPS, EF_DIRECT, OPEN_OPS, READ_OPS,
                   WRITE_OPS, o_direct, sql_list)
@@ -321,17 +320,14 @@ def _profile_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
 def _pystack_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
     """pystacks and pyframes: the job's Python stacks (pystacks.py); empty
     views where the trace has none."""
-    from .pystacks import FRAMES_SCHEMA, SAMPLES_SCHEMA
-    for name, schema in (("pystacks", SAMPLES_SCHEMA), ("pyframes", FRAMES_SCHEMA)):
+    from .pystacks import TABLES, empty_select
+    for name, schema in TABLES:
         p = root / f"{name}.parquet"
         if p.exists():
             q = str(p).replace("'", "''")
             src = f"select * from read_parquet('{q}', hive_partitioning = false)"
         else:
-            types = {pa.int64(): "bigint", pa.int32(): "integer", pa.int16(): "smallint",
-                     pa.bool_(): "boolean", pa.string(): "varchar"}
-            src = "select " + ", ".join(f"null::{types[f.type]} as {f.name}"
-                                        for f in schema) + " where false"
+            src = empty_select(schema)
         con.execute(f"create or replace view {prefix}{name} as {src}")
 
 
