@@ -11,8 +11,11 @@ finding that costs nothing says so.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from iotrace.abi import OPEN_OPS, READ_OPS, SYNC_OPS, WRITE_OPS, sql_list
 
+from . import intervals as ivl
 from .base import Context, Finding
 from .async_depth import CALLS as ASYNC_CALLS
 from .device_limit import STORAGE_WAIT_CALLS
@@ -62,6 +65,41 @@ def _quote(p: str) -> str:
     return "'" + p.replace("'", "''") + "'"
 
 
+BACKOFF_SLEEPS = "e.op in ('nanosleep', 'clock_nanosleep', 'select', 'pselect6', 'poll', 'ppoll')"
+
+
+def _throttled_cost(ctx: Context) -> float:
+    """Seconds of the loop's data wait attributed to throttling: its threads'
+    network calls inside refused requests, and their sleeps from a refused
+    request's end to its retry (the SDK's backoff)."""
+    iv = ctx.rows(f"""
+        with r as (select tid, ts_ns, ts_ns + dur_ns as end_ns, {THROTTLED} as thr,
+                          lead(ts_ns) over (partition by tid, method, host, path,
+                                            coalesce(query, ''), coalesce(range, '')
+                                            order by ts_ns) as next_ts
+                   from requests)
+        select tid, ts_ns, end_ns, 0 from r where thr
+        union all
+        select tid, end_ns, next_ts, 1 from r where thr and next_ts > end_ns""")
+    if not iv:
+        return 0.0
+    calls = ctx.rows(f"""
+        select w.tid, w.ts_ns, w.cost_ns, case when {NET_CALLS} then 0 else 1 end
+        from wait_cost w join events e on e.tid = w.tid and e.ts_ns = w.ts_ns
+        where {NET_CALLS} or {BACKOFF_SLEEPS}""")
+    if not calls:
+        return 0.0
+    iv_a, c_a = np.array(iv, dtype=np.int64), np.array(calls, dtype=np.float64)
+    total = 0.0
+    # a network call inside a refused request, a sleep inside a backoff
+    for tid, kind in {(int(t), int(k)) for t, _, _, k in iv}:
+        m = (iv_a[:, 0] == tid) & (iv_a[:, 3] == kind)
+        spans = ivl.union(ivl.as_iv(iv_a[m, 1], iv_a[m, 2]))
+        cm = (c_a[:, 0] == tid) & (c_a[:, 3] == kind)
+        total += float(c_a[cm, 2][ivl.covered(spans, c_a[cm, 1].astype(np.int64))].sum())
+    return total / 1e9
+
+
 def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
     if f.id == "checkpoint-burst":
         return float(w.budget.get("checkpoint", 0.0))
@@ -70,10 +108,7 @@ def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
         return 0.0
     where = calls
     if f.id == "throttled":
-        tids = [t for (t,) in ctx.rows(f"select distinct tid from requests where {THROTTLED}")]
-        if tids:
-            where = (f"({calls} or (e.op in ('nanosleep', 'clock_nanosleep', 'select', "
-                     f"'pselect6') and e.tid in ({', '.join(map(str, tids))})))")
+        return _throttled_cost(ctx)
     paths = [x["path"] for x in f.files if x.get("path")]
     if f.id in BY_FILE and paths:
         where += f" and f.path in ({', '.join(map(_quote, paths))})"

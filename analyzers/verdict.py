@@ -29,6 +29,18 @@ HOW_WORDS = {"worker-processes": "fed by {n} loader worker process(es)",
              "checkpoint-only": "reads no dataset; it writes checkpoints"}
 
 
+def _stall_words(w: Waits, key: str) -> str:
+    """STALL_WORDS, with fetch named for what it was: storage reads, or
+    objects fetched over HTTP and the client's backoff between its tries."""
+    if key != "fetch":
+        return STALL_WORDS[key]
+    parts = w.fetch_parts
+    net = parts.get("object_get", 0.0) + parts.get("backoff", 0.0)
+    if net < 0.5 * w.stall.get("fetch", 0.0):
+        return STALL_WORDS[key]
+    return "fetching objects over HTTP (fetch)"
+
+
 def window_rates(ctx: Context, lo: int, hi: int) -> dict:
     """Dataset read rate while the dataset was being accessed in the window
     (its first to its last call on a dataset file: opens, advice and cache
@@ -57,9 +69,13 @@ def _window_rates(ctx: Context, lo: int, hi: int) -> tuple[dict, tuple[int, int]
     wr = ctx.one(f"""select coalesce(sum(nbytes), 0) from all_data_io
                      where dir = 'write' and ts_ns >= {lo} and ts_ns < {hi}""")[0]
     first, last = ctx.one(f"""
-        select min(ts_ns), max(ts_ns + dur_ns) from events
-        where file_id in (select file_id from data_files) and op != 'offcpu'
-          and ts_ns >= {lo} and ts_ns < {hi}""")
+        select min(ts_ns), max(e) from (
+            select ts_ns, ts_ns + dur_ns as e from events
+            where file_id in (select file_id from data_files) and op != 'offcpu'
+            union all
+            select ts_ns, ts_ns + dur_ns as e from net_gets
+            where file_id in (select file_id from data_files)) as d
+        where ts_ns >= {lo} and ts_ns < {hi}""")
     start, end = (max(first, lo), min(last, hi)) if first is not None else (lo, hi)
     span = max(((end - start) if first is not None else 0) / 1e9, 1e-9)
     return ({"bytes_read": int(rd), "bytes_written": int(wr),
@@ -90,6 +106,7 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
                             "start_s": round((lo - ctx.t0_ns) / 1e9, 3),
                             "end_s": round((hi - ctx.t0_ns) / 1e9, 3)},
         "stall": {k: round(w.stall.get(k, 0.0), 4) for k in STALL_KEYS},
+        "fetch_parts": {k: round(x, 4) for k, x in w.fetch_parts.items()},
         "read_bytes_per_s": 0.0, "duration_s": round(ctx.duration_s, 3),
         "time_budget_s": {k: round(x, 4) for k, x in w.budget.items()},
         "loops": w.per_loop, "steps": w.steps,
@@ -140,8 +157,13 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     if w.budget["data_wait"] > 0 and loop.how != "checkpoint-only":
         top = sorted(((k, x) for k, x in w.stall.items() if x > 0), key=lambda kv: -kv[1])[:2]
         text += " During those waits " + " and ".join(
-            ("" if k == "loop_cpu" else "the producers were ") + f"{STALL_WORDS[k]} {x:.0%}"
+            ("" if k == "loop_cpu" else "it was " if loop.how == "self-loading"
+             else "the producers were ") + f"{_stall_words(w, k)} {x:.0%}"
             for k, x in top) + " of the time."
+        backoff = w.fetch_parts.get("backoff", 0.0)
+        if backoff >= 0.05:
+            text += (f" The object store's clients were backing off after refused requests "
+                     f"(throttling) {backoff:.0%} of the wait.")
         names = _named_prep(w.per_loop[0], dict(top))
         if names:
             text += " " + names

@@ -149,6 +149,35 @@ def _dir_sql(con, read_ops) -> str:
     return case if hasattr(con, "spark") else f"({case})::enum('read', 'write')"
 
 
+# A GET of an object: every attempt (throttled ones too), named
+# s3://bucket/key (S3 API requests) or http://host/path, with a file_id of its
+# own past the files' (the object is a file of the data set for the analysis).
+NET_GETS_SQL = """
+create or replace temp table net_gets as
+with g as (
+    select ts_ns, dur_ns, pid, tid, coalesce(bytes, 0) as nbytes,
+           coalesce(status between 200 and 299, false) as ok,
+           case when bucket is not null then 's3://' || bucket || '/' || coalesce(key, '')
+                else 'http://' || coalesce(host, peer, '') || coalesce(path, '') end as path
+    from requests where method = 'GET')
+select ts_ns, dur_ns, pid, tid, nbytes, ok, path,
+       (select coalesce(max(file_id), 0) from files) + dense_rank() over (order by path) as file_id
+from g"""
+NET_GETS_EMPTY = """
+create or replace temp table net_gets as
+select 0::bigint as ts_ns, 0::bigint as dur_ns, 0 as pid, 0 as tid, 0::bigint as nbytes,
+       false as ok, '' as path, 0::bigint as file_id where false"""
+
+
+def _net_gets(con) -> None:
+    """net_gets (NET_GETS_SQL); empty where the engine has no requests table
+    (a trace set's node summaries)."""
+    try:
+        con.execute(NET_GETS_SQL)
+    except Exception:   # noqa: BLE001 - no requests table: no object reads
+        con.execute(NET_GETS_EMPTY)
+
+
 def _shared_views(con) -> None:
     # one row per pid, for naming a pid's process: a pid the kernel gave out
     # again during the trace has a row per lifetime in processes
@@ -205,9 +234,11 @@ def _shared_views(con) -> None:
         from events e join files f using (file_id)
         where e.op = 'page_fault' and e.flags & 18 = 0 and e.file_id >= 0
           and not regexp_matches(coalesce(f.path, ''), '{NOT_DATA_RE}')""")
+    _net_gets(con)
     # What the job read of its data files, through calls or through memory
     # maps (a loader over memory-mapped Arrow or numpy files reads by
-    # faulting): a fault counts the bytes it made readable (an estimate)
+    # faulting): a fault counts the bytes it made readable (an estimate);
+    # and the objects it GETs over HTTP (S3 and the like): their bodies
     con.execute(f"""
         create or replace temp view data_reads as
         select ts_ns, pid, tid, file_id, path, nbytes from all_data_io where dir = 'read'
@@ -215,7 +246,9 @@ def _shared_views(con) -> None:
         select ts_ns, pid, tid, file_id, path,
                case when major then greatest(brought, {FAULT_MAPS_MAJOR}) else {FAULT_MAPS_MINOR} end
                    as nbytes
-        from data_faults""")
+        from data_faults
+        union all
+        select ts_ns, pid, tid, file_id, path, nbytes from net_gets where ok and nbytes > 0""")
     con.execute(f"""
         create or replace temp view meta_ops as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e.fd_kind, e.flags, e.file_id,

@@ -52,9 +52,13 @@ THRESHOLDS = {
 # loop_cpu: the loop itself on CPU inside its loader's next() (decoding,
 # unpickling, collating in its own thread): seen only with Python stacks
 STALL_KEYS = ("fetch", "prep", "cpu_starved", "transfer", "other", "loop_cpu")
-# painter layers, lowest priority first (label = index + 1); 0 = on CPU
-IDLE, OTHER, TRANSFER, FETCH, STARVED = 1, 2, 3, 4, 5
-LABEL_STALL = {OTHER: "other", TRANSFER: "transfer", FETCH: "fetch", STARVED: "cpu_starved"}
+# painter layers, lowest priority first (label = index + 1); 0 = on CPU.
+# GET and BACKOFF are fetch too (an object's GET over HTTP, the client's
+# backoff before it asks again), counted apart as well (FETCH_PARTS)
+IDLE, OTHER, TRANSFER, FETCH, GET, BACKOFF, STARVED = 1, 2, 3, 4, 5, 6, 7
+LABEL_STALL = {OTHER: "other", TRANSFER: "transfer", FETCH: "fetch", GET: "fetch",
+               BACKOFF: "fetch", STARVED: "cpu_starved"}
+FETCH_PARTS = {GET: "object_get", BACKOFF: "backoff"}
 
 
 @dataclass
@@ -85,6 +89,9 @@ class Waits:
     per_loop: list[dict] = field(default_factory=list)
     states: list[LoopStates] = field(default_factory=list)
     stacks: bool = False                       # the trace has Python stacks
+    # shares of the data wait (as stall's) in fetch's parts: objects GET over
+    # HTTP, and the client's backoff between a refused try and the next
+    fetch_parts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -330,6 +337,8 @@ class Timelines:
         self._calls: dict[int, dict[str, np.ndarray]] = {}
         self._off: dict[int, dict[str, np.ndarray]] = {}
         self._rows: dict[int, int] = {}        # in load order
+        self._net: Optional[dict[tuple[int, bool], np.ndarray]] = None
+        self._life: Optional[dict[int, list]] = None
 
     def load(self, tids) -> None:
         want = {int(t) for t in tids}
@@ -389,6 +398,34 @@ class Timelines:
         del tid
         return {t: {k: v[bounds[i]:bounds[i + 1]] for k, v in cols.items()}
                 for i, t in enumerate(need)}
+
+    def net_fetch(self, tid: int, lo: int, hi: int, backoff: bool = False) -> np.ndarray:
+        """The thread's GETs of data objects (or, backoff, its backoffs between
+        their attempts) overlapping [lo, hi): net_fetch's rows, as intervals."""
+        if self._net is None:
+            cols = self.con.execute("""select tid, ts_ns, end_ns, backoff from net_fetch
+                                       order by tid, ts_ns""").fetchnumpy()
+            t, b = np.asarray(cols["tid"]), np.asarray(cols["backoff"], dtype=bool)
+            iv = ivl.as_iv(np.asarray(cols["ts_ns"], dtype=np.int64),
+                           np.asarray(cols["end_ns"], dtype=np.int64))
+            self._net = {(int(k), f): iv[(t == k) & (b == f)] for k in np.unique(t)
+                         for f in (False, True)}
+        iv = self._net.get((int(tid), backoff), ivl.EMPTY)
+        return iv[(iv[:, 0] < hi) & (iv[:, 1] > lo)] if len(iv) else iv
+
+    def alive(self, tid: int) -> np.ndarray:
+        """The thread's lifetimes (a reused id has several) as intervals: from
+        its start (or the trace's) to its exit (or the trace's end)."""
+        if self._life is None:
+            rows = self.con.execute("""select tid, coalesce(start_ns, 0),
+                                              coalesce(exit_ns, 9223372036854775807)
+                                       from threads order by tid, 2""").fetchall()
+            self._life = {}
+            for t, a, b in rows:
+                self._life.setdefault(int(t), []).append((int(a), int(b)))
+        life = self._life.get(int(tid))
+        return ivl.union(np.array(life, dtype=np.int64)) if life else ivl.as_iv(
+            np.zeros(1, dtype=np.int64), np.full(1, np.iinfo(np.int64).max))
 
     def drop(self, tids) -> None:
         for t in tids:
@@ -450,6 +487,7 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
         own = c["is_data"] & ~c["is_ckpt"]
         sync, aio = own & ~c["async_op"], own & c["async_op"]
         pieces.append(ivl.as_iv(c["ts_ns"][sync], c["end_ns"][sync]))
+        pieces += [tl.net_fetch(loop.tid, lo, hi, b) for b in (False, True)]  # objects it GETs
         # its io_uring or libaio requests in flight wait for it only while it
         # is blocked (in io_uring_enter, io_getevents): in flight while it
         # computes, they are prefetch
@@ -527,15 +565,21 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
     if aio.any():
         fetching = np.concatenate([fetching, ivl.intersect(
             ivl.union(ivl.as_iv(c["ts_ns"][aio], c["end_ns"][aio])), ivl.union(blocked))])
+    gets, backoffs = (tl.net_fetch(tid, lo, hi, b) for b in (False, True))
     xfer = c["xfer_op"] & (c["is_pipe"] | c["is_socket"])
+    if len(gets):      # its sends inside a GET are the request, not a batch handed on
+        xfer &= ~ivl.covered(ivl.union(gets), c["ts_ns"])
     layers = [blocked, contention, ivl.as_iv(c["ts_ns"][xfer], c["end_ns"][xfer]),
-              fetching, runnable]
+              fetching, gets, backoffs, runnable]
     layers = [ivl.clip(x, lo, hi) for x in layers]
     bounds = ivl.sorted_unique(np.concatenate([eps.ravel()] + [x.ravel() for x in layers]))
     label = ivl.paint(bounds, layers)
     s, e = bounds[:-1], bounds[1:]
     inside = ivl.covered(eps, s)
     s, e, label = s[inside], e[inside], label[inside]
+    # before it started and after it exited it did nothing (a thread made
+    # when the first batch is put on a queue: its feeder)
+    label = np.where(ivl.covered(tl.alive(tid), s), label, IDLE)
     if helper:
         label = np.where(label == 0, TRANSFER, label)
     # the call covering each segment (calls of one thread do not overlap)
@@ -565,6 +609,14 @@ def _add(per: np.ndarray, eps: np.ndarray, starts: np.ndarray, amounts, col) -> 
               np.broadcast_to(amounts, i.shape)[ok])
 
 
+def _add_parts(per: np.ndarray, eps: np.ndarray, s: np.ndarray, amounts, lab) -> None:
+    """The parts of fetch (FETCH_PARTS) into the columns after STALL_KEYS."""
+    for i, k in enumerate(FETCH_PARTS):
+        m = lab == k
+        if m.any():
+            _add(per, eps, s[m], np.broadcast_to(amounts, lab.shape)[m], len(STALL_KEYS) + i)
+
+
 def _per_episode(eps: np.ndarray, iv: np.ndarray) -> np.ndarray:
     """Ns of the intervals `iv` (each inside one episode) per episode."""
     i = np.searchsorted(eps[:, 0], iv[:, 0], side="right") - 1
@@ -574,13 +626,14 @@ def _per_episode(eps: np.ndarray, iv: np.ndarray) -> np.ndarray:
 
 
 def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
-    """Ns of each data wait by cause ((n, len(STALL_KEYS)), in STALL_KEYS order),
-    and (tids, call ts, ns): arrays of the wait attributed to each producer call.
+    """Ns of each data wait by cause ((n, len(STALL_KEYS)), in STALL_KEYS order,
+    then the parts of fetch in FETCH_PARTS order), and (tids, call ts, ns):
+    arrays of the wait attributed to each producer call.
     While the loop is blocked, each instant is shared equally among the
     producer-side threads that are active then (not idle); the loop's own
     time on CPU inside a wait is transfer (it receives and unpacks the
     batch), its runnable time cpu-starved."""
-    per = np.zeros((len(eps), len(STALL_KEYS)))
+    per = np.zeros((len(eps), len(STALL_KEYS) + len(FETCH_PARTS)))
     cost = NO_COST
     if len(eps) == 0:
         return per, cost
@@ -589,6 +642,7 @@ def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
         s, e, lab, cts = _paint_producer(tl, loop.tid, eps, {loop.tid}, False)
         lens = (e - s).astype(float)
         _add(per, eps, s, lens, _col(lab))
+        _add_parts(per, eps, s, lens, lab)
         m = cts >= 0
         cost = (np.full(int(m.sum()), loop.tid, dtype=np.int64), cts[m], lens[m])
         return per, cost
@@ -626,6 +680,7 @@ def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
     W = np.concatenate(([0.0], np.cumsum(w)))
     share = W[np.searchsorted(g, e)] - W[np.searchsorted(g, s)]
     _add(per, eps, s, share, _col(lab))
+    _add_parts(per, eps, s, share, lab)
     m = (cts >= 0) & (share > 0)
     cost = (tids[m], cts[m], share[m])
     return per, cost
@@ -670,6 +725,18 @@ def create_file_sets(con) -> None:
                         dirs as (select d from f group by d
                                  having sum(b) >= 0.01 * (select sum(b) from f))
                    select file_id from f where d in (select d from dirs)""")
+    # the data set's objects fetched over HTTP: each attempt of a GET from
+    # its start to its end, and the client's backoff after one that failed
+    # (a throttled answer) until it asked again (same thread, same object)
+    con.execute("""create or replace temp table net_fetch as
+                   with g as (select tid, ts_ns, ts_ns + dur_ns as end_ns, ok,
+                                     lead(ts_ns) over (partition by tid, file_id
+                                                       order by ts_ns) as next_ts
+                              from net_gets where file_id in (select file_id from data_files))
+                   select tid, ts_ns, end_ns, false as backoff from g
+                   union all
+                   select tid, end_ns as ts_ns, next_ts as end_ns, true as backoff from g
+                   where not ok and next_ts > end_ns""")
     con.execute("""create or replace temp table ckpt_files as
                    select file_id from all_data_io where dir = 'write'
                    group by file_id having sum(nbytes) >= 1048576""")
@@ -784,6 +851,7 @@ def analyse(con, th: dict, t0: int, t1: int,
     budget = dict.fromkeys(("window", "compute", "compute_cpu", "compute_sleep", "compute_gpu",
                             "data_wait", "checkpoint", "other"), 0.0)
     stall = dict.fromkeys(STALL_KEYS, 0.0)
+    fetch_parts = dict.fromkeys(FETCH_PARTS.values(), 0.0)
     costs: list = []      # (tids, call ts, ns) arrays
     per_loop = []
     steps = 0
@@ -793,6 +861,9 @@ def analyse(con, th: dict, t0: int, t1: int,
         tl.load(lp.producers)
         b, ck = loop_budget(tl, lp, eps, lo, hi)
         per, cost = stall_causes(tl, lp, eps, readers)
+        per, parts = per[:, :len(STALL_KEYS)], per[:, len(STALL_KEYS):]
+        for i, k in enumerate(FETCH_PARTS.values()):
+            fetch_parts[k] += parts[:, i].sum() / 1e9
         if lp.loader is not None:
             lc, prep, xfer = (STALL_KEYS.index(k) for k in ("loop_cpu", "prep", "transfer"))
             if lp.how == "self-loading":     # the loop is its own producer: its prep is in-loop
@@ -828,7 +899,8 @@ def analyse(con, th: dict, t0: int, t1: int,
         con.unregister("wait_cost_in")
     nl = len(loops)
     budget = {k: v / nl for k, v in budget.items()}     # the mean loop
-    return Waits(loops, window, source, budget, shares, steps, None, per_loop, states, stacks)
+    return Waits(loops, window, source, budget, shares, steps, None, per_loop, states, stacks,
+                 {k: (v / tot if tot > 0 else 0.0) for k, v in fetch_parts.items()})
 
 
 def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:

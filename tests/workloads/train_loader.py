@@ -15,6 +15,9 @@ its own CPU per sample (a stand-in for decoding). Loaders:
   hf       a Hugging Face dataset (Arrow, memory-mapped: read by page faults)
            made from the samples by `--make-hf` (untraced), behind a DataLoader
   plain    the loop reads the files itself, in order
+  s3       DataLoader workers GET the samples from an S3 endpoint with boto3
+           (--endpoint URL --bucket B; keys sample_*.bin, put there by
+           --make-s3 from DATA_DIR's files, untraced)
 Ground truth in OUT_JSON: per step, the time the loop waited for its next
 batch (perf_counter around next()), the compute time, and the window from
 the first request for data to the end of the last step.
@@ -58,6 +61,44 @@ class Samples(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return torch.from_numpy(prep(read_sample(self.files[i]), self.prep_s))
+
+
+class S3Samples(torch.utils.data.Dataset):
+    """Each sample an object, fetched whole with get_object: one client per
+    worker process, made there (boto3 clients are not fork-safe)."""
+    def __init__(self, keys: list[str], args):
+        self.keys, self.prep_s, self.endpoint, self.bucket = keys, args.prep, args.endpoint, args.bucket
+        self.client = None
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, i):
+        if self.client is None:
+            self.client = s3_client(self.endpoint)
+        raw = self.client.get_object(Bucket=self.bucket, Key=self.keys[i])["Body"].read()
+        return torch.from_numpy(prep(raw, self.prep_s))
+
+
+def s3_client(endpoint: str):
+    import boto3
+    from botocore.config import Config
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                        aws_secret_access_key="testing", region_name="us-east-1",
+                        config=Config(retries={"mode": "standard", "max_attempts": 10},
+                                      s3={"addressing_style": "path"}))
+
+
+def make_s3(files, args) -> None:
+    c = s3_client(args.endpoint)
+    for f in files:
+        c.put_object(Bucket=args.bucket, Key=os.path.basename(f), Body=read_sample(f))
+
+
+def s3_batches(files, args):
+    ds = S3Samples([os.path.basename(f) for f in files], args)
+    return torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=args.workers,
+                                       shuffle=False)
 
 
 def torch_batches(files, args):
@@ -145,7 +186,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
     ap.add_argument("out")
-    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "pool", "hf", "plain"))
+    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "pool", "hf", "plain", "s3"))
+    ap.add_argument("--endpoint", help="the S3 endpoint of --loader s3")
+    ap.add_argument("--bucket", default="data")
+    ap.add_argument("--make-s3", action="store_true", help="put DATA_DIR's samples in --bucket and exit")
     ap.add_argument("--make-hf", action="store_true", help="make DATA_DIR/hf and exit")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--compute", type=float, default=0.02)
@@ -162,8 +206,10 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     if args.make_hf:
         return make_hf(args.data)
+    if args.make_s3:
+        return make_s3(files, args)
     make = {"torch": torch_batches, "threads": thread_batches, "pool": pool_batches,
-            "hf": hf_batches, "plain": plain_batches}
+            "hf": hf_batches, "plain": plain_batches, "s3": s3_batches}
     waits, computes, epoch_waits = [], [], []
     first_request = None
     t_start = time.perf_counter()

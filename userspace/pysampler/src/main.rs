@@ -34,7 +34,10 @@
 //!                                     (a stack that changed while read): a moment
 //!                                     whose state is unknown
 //!   X pid                             a process that exited
-//!   Z samples errors late_ticks ticks the end (counts of the whole run)
+//!   Z samples errors late_ticks ticks retries
+//!                                     the end (counts of the whole run; errors:
+//!                                     reads that failed RETRIES + 1 times at a tick,
+//!                                     retries: reads made again after one failed)
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -166,9 +169,21 @@ impl Frames {
     }
 }
 
+/// Reads of a process's stacks again after one failed, at one tick.
+const RETRIES: u32 = 3;
+
+/// One read of a process's stacks: (the result, the middle of the read, its length) in ns.
+fn read_stacks(spy: &mut PythonSpy) -> (Result<Vec<py_spy::StackTrace>, anyhow::Error>, i64, i64) {
+    let t0 = mono_ns();
+    let got = spy.get_stack_traces();
+    let t1 = mono_ns();
+    (got, (t0 + t1) / 2, t1 - t0)
+}
+
 struct Counts {
     samples: AtomicU64,
     errors: AtomicU64,
+    retries: AtomicU64,
     late: AtomicU64,
     ticks: AtomicU64,
 }
@@ -218,10 +233,19 @@ fn sample_process(pid: i32, config: Config, rate: f64, frames: Arc<Frames>, coun
         if sleep.is_err() {
             counts.late.fetch_add(1, Ordering::Relaxed);
         }
-        let t0 = mono_ns();
-        let got = spy.get_stack_traces();
-        let t1 = mono_ns();
-        let (ts, dur) = ((t0 + t1) / 2, t1 - t0);
+        // A read fails when a stack changes while it is read: mostly a thread
+        // running Python code. Dropping those moments undercounts that state
+        // (seen: a loop decoding inside its loader's next() sampled 25 reads
+        // short of its own clock in 580); read again at once (the state
+        // lasts far longer than a read, a tenth of a millisecond).
+        let (mut got, mut ts, mut dur) = read_stacks(&mut spy);
+        for _ in 0..RETRIES {
+            if got.is_ok() {
+                break;
+            }
+            counts.retries.fetch_add(1, Ordering::Relaxed);
+            (got, ts, dur) = read_stacks(&mut spy);
+        }
         match got {
             Err(_) => {
                 if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -286,6 +310,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mut w = BufWriter::with_capacity(1 << 20, File::create(&args.out)?);
     let frames = Arc::new(Frames { ids: std::sync::Mutex::new(HashMap::new()) });
     let counts = Arc::new(Counts { samples: AtomicU64::new(0), errors: AtomicU64::new(0),
+                                   retries: AtomicU64::new(0),
                                    late: AtomicU64::new(0), ticks: AtomicU64::new(0) });
     let (tx, rx) = mpsc::channel::<String>();
     let mut started: HashSet<i32> = HashSet::new();
@@ -330,9 +355,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     while let Ok(lines) = rx.try_recv() {
         w.write_all(lines.as_bytes())?;
     }
-    writeln!(w, "Z\t{}\t{}\t{}\t{}", counts.samples.load(Ordering::SeqCst),
+    writeln!(w, "Z\t{}\t{}\t{}\t{}\t{}", counts.samples.load(Ordering::SeqCst),
              counts.errors.load(Ordering::SeqCst), counts.late.load(Ordering::SeqCst),
-             counts.ticks.load(Ordering::SeqCst))?;
+             counts.ticks.load(Ordering::SeqCst), counts.retries.load(Ordering::SeqCst))?;
     w.flush()?;
     Ok(())
 }

@@ -1,0 +1,101 @@
+"""The verdict where the data comes from object storage: a PyTorch training
+loop whose samples are S3 objects, fetched with boto3 (by DataLoader worker
+processes, or by the loop itself) from a real S3 server (moto) through a
+proxy that may answer 503 SlowDown. The loop times its own next() (the
+ground truth, as in test_loader_frame.py); the proxy counts what it refused.
+The responses' bodies are the dataset's reads, the workers' time in their
+GETs and in botocore's backoff is fetch, and the throttled finding takes its
+cost from the loop's waits during those."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from iotrace.analyzers.base import Targets
+from iotrace.analyzers.report import build_report
+
+from conftest import WORKLOADS, needs_root, trace_run
+
+objstore = pytest.importorskip("objstore")
+pytest.importorskip("moto")
+pytest.importorskip("boto3")
+pytest.importorskip("torch")
+
+pytestmark = needs_root()
+N, SIZE = 48, 256 << 10
+AU_POINTS = 0.03
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """(moto's port, a directory): N objects of SIZE bytes in bucket 'data'."""
+    d = tmp_path_factory.mktemp("s3loader")
+    ds = d / "ds"
+    ds.mkdir()
+    for i in range(N):
+        (ds / f"sample_{i:03d}.bin").write_bytes(os.urandom(SIZE))
+    with objstore.moto_server(d / "moto.log") as port:
+        objstore.create_bucket(port, "data")
+        subprocess.run([sys.executable, str(WORKLOADS / "train_loader.py"), str(ds), "-",
+                        "--loader", "s3", "--make-s3", "--endpoint", f"http://127.0.0.1:{port}"],
+                       check=True)
+        yield port, d
+
+
+def train(tmp_path, bucket, throttle_every, *args):
+    port, d = bucket
+    out = tmp_path / "truth.json"
+    with objstore.proxy(port, d, throttle_every=throttle_every) as px:
+        proc, trace = trace_run(tmp_path / "t", sys.executable, str(WORKLOADS / "train_loader.py"),
+                                str(d / "ds"), str(out), "--loader", "s3", "--endpoint",
+                                f"http://127.0.0.1:{px.port}", *args)
+        seen = px.stop()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    truth = json.loads(out.read_text())
+    truth["au"] = 1 - sum(truth["wait_s"]) / truth["loop_window_s"]
+    report = build_report(trace, Targets())
+    v = report.verdict
+    print(f"{args}: own AU {truth['au']:.1%} over {truth['loop_window_s']:.1f} s, "
+          f"iotrace {v['accelerator_utilization']:.1%}; proxy {seen}")
+    assert v["loops"][0]["tid"] == truth["tid"], v["loops"]
+    assert v["accelerator_utilization"] == pytest.approx(truth["au"], abs=AU_POINTS), v["summary"]
+    return truth, report, seen
+
+
+def test_workers_throttled_by_the_store(tmp_path, bucket):
+    """2 workers, every 4th request refused: the loop waits most of the time
+    (the seeds' case), for objects fetched and for botocore's backoff (it
+    sleeps up to a second or two before each retry: most of the wait)."""
+    truth, report, seen = train(tmp_path, bucket, 4, "--workers", "2", "--compute", "0.02")
+    v = report.verdict
+    assert seen["throttled"] == seen["requests"] // 4 > 0
+    assert v["status"] == "io-bound" and v["loops"][0]["how"] == "worker-processes"
+    assert max(v["stall"], key=v["stall"].get) == "fetch" and v["stall"]["fetch"] > 0.7
+    assert v["fetch_parts"]["backoff"] > 0.5, v["fetch_parts"]
+    assert "fetching objects over HTTP" in v["summary"] and "backing off" in v["summary"]
+    # the bodies are the dataset's reads: at most all of them, in the window
+    assert 0.5 * N * SIZE <= v["bytes_read"] <= N * SIZE
+    f = next(f for f in report.findings if f.id == "throttled")
+    assert f.evidence["throttled"] == seen["throttled"]
+    wait = v["time_budget_s"]["data_wait"]
+    # its cost: the part of the loop's wait spent in refused requests and backoffs
+    assert v["fetch_parts"]["backoff"] * wait * 0.9 <= f.impact_s <= wait
+    assert f.severity == "high"
+
+
+def test_loop_gets_its_own_objects(tmp_path, bucket):
+    """num_workers=0, no throttling: the loop GETs each sample itself inside
+    next() (12 epochs, about 6 s: enough samples of its CPU there); its
+    GETs are fetch, its own CPU there (botocore, the first client's
+    imports) loop-cpu, and nothing is called throttled."""
+    truth, report, seen = train(tmp_path, bucket, 0, "--workers", "0", "--compute", "0.02",
+                                "--epochs", "12")
+    v = report.verdict
+    assert seen["throttled"] == 0
+    assert v["loops"][0]["how"] == "self-loading"
+    assert v["stall"]["fetch"] > 0.3 and v["fetch_parts"]["backoff"] == 0, v["stall"]
+    assert "throttled" not in {f.id for f in report.findings}
