@@ -86,6 +86,19 @@ class Context:
     def duration_s(self) -> float:
         return max((self.t1_ns - self.t0_ns) / 1e9, 1e-9)
 
+    @property
+    def stacks(self) -> bool:
+        """The trace has Python stacks to use (not with --kernel-only; a trace
+        set's node summaries have none)."""
+        if "stacks" not in self.memo:
+            try:
+                n = 0 if self.memo.get("kernel_only") else \
+                    self.con.execute("select count(*) from pystacks").fetchone()[0]
+            except Exception:   # noqa: BLE001 - no pystacks view on this engine or set
+                n = 0
+            self.memo["stacks"] = bool(n)
+        return self.memo["stacks"]
+
     def wait_cost_s(self, where: str) -> float:
         """Seconds of the loop's data wait attributed to the calls matching
         `where` (a condition on events e and files f): the time the loop

@@ -290,22 +290,19 @@ def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY
     return ivl.union(np.concatenate([kw, ivl.as_iv(real(a), real(b))]))
 
 
-def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
-    """When the training loop ended: the last sample of the loop thread in
-    the function that runs the loop (the innermost caller of the loader that
-    is also on the stack while the loop computes: train(), main(); not a
-    generator that wraps the loader), or None. A loop whose next() calls are
-    shorter than the sampling interval shows few of them, and the gap after
-    the last one seen says little of when its last step ended."""
+def _loop_caller(con, tid: int, frame: LoaderFrame):
+    """The function that runs the loop: the innermost caller of the loader on
+    its most frequent stack that is also on the stack while the loop computes
+    (train(), main(); not a generator that wraps the loader). (the loop
+    thread's samples (ts, sid), the frames of that stack innermost first, the
+    index of the loader in it, the index of the loop's function), or None."""
     ts, sid, _ = loop_samples(con, tid)
     inside = _stacks_with(con, frame.file, frame.function, sid)
     if not inside.any():
         return None
     first = int(np.argmax(inside))
-    out = np.unique(sid[first:][~inside[first:]])
-    if len(out) == 0:
+    if not (~inside[first:]).any():
         return None
-    # the callers of the loader on its most frequent stack, innermost first
     top = int(np.bincount(sid[inside]).argmax())
     chain = con.execute("""select function, file, depth from pyframes where stack_id = ?
                            order by depth desc""", [top]).fetchall()
@@ -313,13 +310,29 @@ def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
               if f.endswith(frame.file) and _match(fn, frame.function)), None)
     if k is None:
         return None
-    per = (ts[-1] - ts[0]) // max(len(ts) - 1, 1)
     n_out = int((~inside[first:]).sum())
-    for fn, f, _ in chain[k + 1:]:
+    for m in range(k + 1, len(chain)):
+        fn, f, _ = chain[m]
         on = _stacks_with(con, f, fn, sid)
         if on[first:][~inside[first:]].sum() >= 0.5 * n_out:
-            return int(ts[np.flatnonzero(on)[-1]] + per // 2)
+            return ts, sid, chain, k, m
     return None
+
+
+def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
+    """When the training loop ended: the last sample of the loop thread in
+    the function that runs the loop (_loop_caller), or None. A loop whose
+    next() calls are shorter than the sampling interval shows few of them,
+    and the gap after the last one seen says little of when its last step
+    ended."""
+    got = _loop_caller(con, tid, frame)
+    if got is None:
+        return None
+    ts, sid, chain, _, m = got
+    fn, f, _ = chain[m]
+    on = _stacks_with(con, f, fn, sid)
+    per = (ts[-1] - ts[0]) // max(len(ts) - 1, 1)
+    return int(ts[np.flatnonzero(on)[-1]] + per // 2)
 
 
 def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,

@@ -34,19 +34,31 @@ lock), or when two or more readers never read concurrently over at least
 `min_serial_reads` reads (a lock serialises them); else warn. At most three
 processes, those that waited most, get a finding.
 
-Likely lock: a kernel lock, named by its contention flags, when the top lock
-is one; HDF5 (h5py's global lock) when the process or an ancestor loaded
-libhdf5 or h5py, or the readers read .h5/.hdf5/.nc files; the Python GIL
-when, in a Python process, the top lock is shared by all its I/O threads and
-some waits on it time out (ETIMEDOUT: the GIL's 5 ms switch interval), else
-a lock all its Python threads share; else a user-space lock (futex).
+With Python stacks, waits for an event are not lock waits: a pool's thread
+waiting for work or a producer held back by a full queue, as their samples
+during the wait show (lock_evidence.py); they are counted apart (idle_wait_s).
+
+Likely lock, from evidence: a kernel lock, named by its contention flags,
+when the top lock is one; HDF5 (h5py's global lock) when the waiting
+threads' samples during the waits are inside h5py (most of them), or when
+the readers read .h5/.hdf5/.nc files (h5py's reads run in compiled code that
+Python stacks do not show; a process
+that only loaded libhdf5 or h5py, as Keras does, gets it as a hint); the
+Python GIL when, in a Python process, the top lock is shared by all its I/O
+threads and some waits on it time out (ETIMEDOUT: the GIL's 5 ms switch
+interval), else a lock all its Python threads share; else a user-space lock
+(futex). With stacks, the functions the threads waited in are named.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
+from . import lock_evidence
 from .base import Context, Finding, Rule
 from .rates import human_s
+from .views import register_columns
 
 DATA_IO = "data_io"
 HDF5_LIBS = r"libhdf5|/h5py/"
@@ -59,6 +71,10 @@ MAX_FINDINGS = 3
 KERNEL_LOCKS = [(16, "kernel per-CPU rw semaphore"), (32, "kernel mutex"),
                 (8, "kernel rt-mutex"), (4, "kernel rw semaphore (writer)"),
                 (2, "kernel rw semaphore (reader)"), (1, "kernel spinlock")]
+
+# Waits for an event, not a lock (lock_evidence.py): (tid, ts_ns) of futex rows
+IDLE = "lock_idle_waits"
+NOT_IDLE = (f"left join {IDLE} li on li.tid = e.tid and li.ts_ns = e.ts_ns")
 
 # A lock: futex words of one 64-byte line, or a kernel lock's address.
 LOCK_SQL = "case when op = 'futex' then arg - arg % 64 else arg end"
@@ -101,8 +117,9 @@ def io_threads(ctx: Context, ratio: float) -> list[IoThread]:
         win as (select pid, min(first_ns) as w0, max(last_ns) as w1 from iot group by pid),
         wt as (select e.pid, e.tid, e.op, e.arg,
                       least(e.ts_ns + e.dur_ns, win.w1) - greatest(e.ts_ns, win.w0) as ns
-               from events e join iot using (pid, tid) join win using (pid)
-               where e.op in {WAIT_OPS} and e.ts_ns < win.w1 and e.ts_ns + e.dur_ns > win.w0),
+               from events e join iot using (pid, tid) join win using (pid) {NOT_IDLE}
+               where e.op in {WAIT_OPS} and e.ts_ns < win.w1 and e.ts_ns + e.dur_ns > win.w0
+                 and li.tid is null),
         w as (select pid, tid, count(*) as waits,
                      coalesce(sum(ns) filter (where op = 'futex'), 0) as futex_ns,
                      coalesce(sum(ns) filter (where op = 'lock_contention'), 0) as kernel_ns
@@ -135,10 +152,13 @@ def tid_list(tids) -> str:
 
 def top_lock(ctx: Context, pid: int, tids, w0: int, w1: int) -> dict:
     """The lock the process's I/O threads waited on most in the window [w0, w1]."""
-    waits = f"""(select tid, ts_ns, op, arg, {LOCK_SQL} as lock, ret, flags,
-                        least(ts_ns + dur_ns, {w1}) - greatest(ts_ns, {w0}) as ns
-                 from events where pid = {pid} and tid in {tid_list(tids)}
-                   and op in {WAIT_OPS} and ts_ns < {w1} and ts_ns + dur_ns > {w0})"""
+    waits = f"""(select e.tid, e.ts_ns, e.dur_ns, e.op, e.arg,
+                        case when e.op = 'futex' then e.arg - e.arg % 64 else e.arg end as lock,
+                        e.ret, e.flags,
+                        least(e.ts_ns + e.dur_ns, {w1}) - greatest(e.ts_ns, {w0}) as ns
+                 from events e {NOT_IDLE}
+                 where e.pid = {pid} and e.tid in {tid_list(tids)} and li.tid is null
+                   and e.op in {WAIT_OPS} and e.ts_ns < {w1} and e.ts_ns + e.dur_ns > {w0})"""
     op, lock, ns, nthreads, count, timeouts, flags, word = ctx.one(f"""
         with w as {waits},
         word as (select op, lock, arg, sum(ns) as ns from w group by all)
@@ -149,10 +169,14 @@ def top_lock(ctx: Context, pid: int, tids, w0: int, w1: int) -> dict:
                      mode(flags) as flags
               from w group by op, lock) l
         order by l.ns desc, l.lock limit 1""")
-    examples = ctx.rows(f"""select ts_ns, tid, ns from {waits}
+    examples = ctx.rows(f"""select ts_ns, tid, ns from {waits} as w
                             where op = '{op}' and lock = {lock} order by ns desc, ts_ns limit 3""")
+    spans = np.array(ctx.rows(f"""select tid, ts_ns, ts_ns + dur_ns from {waits} as w
+                                  where op = '{op}' and lock = {lock}"""),
+                     dtype=np.int64).reshape(-1, 3)
     return {"op": op, "lock": lock, "wait_ns": ns, "threads": nthreads, "waits": count,
-            "timeouts": timeouts, "flags": flags, "address": word, "examples": examples}
+            "timeouts": timeouts, "flags": flags, "address": word, "examples": examples,
+            "spans": spans}
 
 
 def read_concurrency(ctx: Context, pid: int, tids) -> tuple[int, int]:
@@ -178,16 +202,21 @@ def lineage(pid: int) -> str:
                    where p.ppid > 0 and anc.depth < 32)"""
 
 
-def uses_hdf5(ctx: Context, pid: int, reader_tids) -> bool:
-    """The process or an ancestor loaded libhdf5 or h5py, or its readers read HDF5 files."""
-    loaded = ctx.one(f"""{lineage(pid)}
+def loaded_hdf5(ctx: Context, pid: int) -> bool:
+    """The process or an ancestor loaded libhdf5 or h5py (a hint, not evidence:
+    Keras loads h5py whatever it reads)."""
+    return ctx.one(f"""{lineage(pid)}
         select count(*) from events e left join files f using (file_id)
         where e.pid in (select pid from anc) and e.op in ('open', 'openat', 'openat2', 'mmap')
           and (e.op = 'mmap' or e.ret >= 0)
-          and regexp_matches(coalesce(e.path, f.path, ''), '{HDF5_LIBS}')""")[0]
-    return loaded > 0 or (bool(reader_tids) and ctx.one(f"""
+          and regexp_matches(coalesce(e.path, f.path, ''), '{HDF5_LIBS}')""")[0] > 0
+
+
+def reads_hdf5(ctx: Context, pid: int, reader_tids) -> bool:
+    """Its readers read HDF5 files (.h5, .hdf5, .nc...)."""
+    return bool(reader_tids) and ctx.one(f"""
         select count(*) from io where pid = {pid} and tid in {tid_list(reader_tids)}
-          and dir = 'read' and regexp_matches(lower(coalesce(path, '')), '{HDF5_FILES}')""")[0] > 0)
+          and dir = 'read' and regexp_matches(lower(coalesce(path, '')), '{HDF5_FILES}')""")[0] > 0
 
 
 def is_python(ctx: Context, pid: int) -> bool:
@@ -204,17 +233,30 @@ def kernel_lock_name(flags: int) -> str:
     return next((name for bit, name in KERNEL_LOCKS if flags & bit), "kernel lock")
 
 
-def likely_lock(ctx: Context, pid: int, lock: dict, n_io: int, reader_tids) -> tuple[str, str]:
-    """(kind, description): hdf5, gil, python-lock, kernel or futex."""
+def likely_lock(ctx: Context, pid: int, lock: dict, n_io: int, reader_tids,
+                seen: dict) -> tuple[str, str]:
+    """(kind, description): hdf5, gil, python-lock, kernel or futex. seen: what
+    the waiting threads' Python stacks show during the waits (lock_evidence.in_waits)."""
     if lock["op"] == "lock_contention":
         return "kernel", kernel_lock_name(lock["flags"])
-    if uses_hdf5(ctx, pid, reader_tids):
-        return "hdf5", "h5py's global lock (HDF5 runs one call at a time)"
+    hdf5 = "h5py's global lock (HDF5 runs one call at a time)"
+    if seen["samples"] and seen["hdf5_share"] >= 0.5:
+        return "hdf5", f"{hdf5}: {seen['hdf5_share']:.0%} of their samples then were in h5py"
+    # h5py's reads run in its compiled code, which Python stacks do not show:
+    # the files the readers read are the evidence then
+    if reads_hdf5(ctx, pid, reader_tids):
+        return "hdf5", hdf5
     if n_io >= 2 and lock["threads"] >= n_io and is_python(ctx, pid):
         if lock["timeouts"] > 0:
-            return "gil", "the Python GIL"
-        return "python-lock", "a lock all the Python threads share (the GIL or a threading.Lock)"
-    return "futex", f"a user-space lock (futex {hexaddr(lock['address'])})"
+            kind, text = "gil", "the Python GIL"
+        else:
+            kind, text = "python-lock", ("a lock all the Python threads share (the GIL or a "
+                                         "threading.Lock)")
+    else:
+        kind, text = "futex", f"a user-space lock (futex {hexaddr(lock['address'])})"
+    if not seen["samples"] and loaded_hdf5(ctx, pid):
+        text += " (the process loaded HDF5: if its reads go through h5py, maybe its global lock)"
+    return kind, text
 
 
 RECOMMEND = {
@@ -242,7 +284,7 @@ RECOMMEND = {
 
 
 def process_finding(ctx: Context, th: dict, threads: list[IoThread],
-                    max_read: int) -> Finding | None:
+                    max_read: int, idle_ns: dict) -> Finding | None:
     """The finding for one process's I/O-path threads, or None below the trigger."""
     pid, w0, w1 = threads[0].pid, threads[0].w0, threads[0].w1
     tids = [t.tid for t in threads]
@@ -255,11 +297,16 @@ def process_finding(ctx: Context, th: dict, threads: list[IoThread],
     max_conc, nreads = read_concurrency(ctx, pid, readers) if readers else (0, 0)
     serialised = len(readers) >= 2 and max_conc == 1 and nreads >= th["min_serial_reads"]
     lock = top_lock(ctx, pid, tids, w0, w1)
-    kind, lock_name = likely_lock(ctx, pid, lock, len(tids), readers)
+    seen = lock_evidence.in_waits(ctx.con, lock["spans"]) if ctx.stacks else \
+        {"samples": 0, "hdf5_share": 0.0, "top": []}
+    kind, lock_name = likely_lock(ctx, pid, lock, len(tids), readers, seen)
+    where = "".join(f"{', ' if i else ''}{fn} ({f}) {share:.0%}"
+                    for i, (fn, f, share) in enumerate(seen["top"]))
     shared = lock["threads"] >= 2 or lock["op"] == "lock_contention"
     high = (share >= th["high_wait_share"] and shared) or serialised
     cmdline = ctx.one(f"select any_value(cmdline) from processes where pid = {pid}")[0]
     kernel_ns = sum(t.kernel_ns for t in threads)
+    idle = sum(idle_ns.get(t, 0) for t in tids)
     serial_text = (f"; the {nreads} reads of its {len(readers)} reader threads never ran "
                    f"at the same time" if serialised else "")
     n = len(tids)
@@ -268,7 +315,11 @@ def process_finding(ctx: Context, th: dict, threads: list[IoThread],
         title="I/O threads wait on a lock",
         summary=(f"{n} I/O thread{'s' if n > 1 else ''} of pid {pid} spent {share:.0%} of "
                  f"{'their' if n > 1 else 'its'} time waiting on locks "
-                 f"({human_s(wait_ns / 1e9)}), most on {lock_name}{serial_text}."),
+                 f"({human_s(wait_ns / 1e9)}), most on {lock_name}{serial_text}."
+                 + (f" Their Python stacks in those waits: {where}." if where else "")
+                 + (f" Not counted: {human_s(idle / 1e9)} waiting for work or an event "
+                    "(a pool's idle threads, a full queue), as their stacks show."
+                    if idle > 0 else "")),
         recommendation=RECOMMEND[kind],
         evidence={
             "pid": pid,
@@ -288,6 +339,9 @@ def process_finding(ctx: Context, th: dict, threads: list[IoThread],
             "top_lock_timed_out_waits": lock["timeouts"],
             "likely_lock": lock_name,
             "lock_kind": kind,
+            "idle_wait_s": idle / 1e9,
+            "waiting_in": [{"function": fn, "file": f, "share": round(x, 4)}
+                           for fn, f, x in seen["top"]],
             "readers": len(readers),
             "reads": nreads,
             "max_concurrent_reads": max_conc,
@@ -301,15 +355,51 @@ def process_finding(ctx: Context, th: dict, threads: list[IoThread],
                   for ts, tid, ns in lock["examples"]])
 
 
+def _idle_table(ctx: Context, tids: np.ndarray, ts: np.ndarray) -> None:
+    """IDLE, with these rows (a registered view: the same on either engine)."""
+    register_columns(ctx.con, IDLE, {"tid": np.asarray(tids, dtype=np.int32),
+                                     "ts_ns": np.asarray(ts, dtype=np.int64)})
+
+
+def idle_waits(ctx: Context, threads: list[IoThread]) -> dict[int, int]:
+    """With Python stacks: the I/O threads' futex waits that were waits for an
+    event (lock_evidence.idle_waits) go into IDLE; ns of them per thread, in
+    their process's window."""
+    if not ctx.stacks or not threads:
+        return {}
+    waits = np.array(ctx.rows(f"""
+        select e.tid, e.ts_ns, e.ts_ns + e.dur_ns, w.w0, w.w1, e.pid, e.arg - e.arg % 64
+        from events e
+        join (values {", ".join(f"({t.tid}, {t.w0}, {t.w1})" for t in threads)}) as w(tid, w0, w1)
+          on e.tid = w.tid
+        where e.op = 'futex' and e.ts_ns < w.w1 and e.ts_ns + e.dur_ns > w.w0"""),
+                     dtype=np.int64).reshape(-1, 7)
+    # a lock: its process and futex line
+    idle = lock_evidence.idle_waits(ctx.con, waits[:, :3], waits[:, 5:7])
+    if not idle.any():
+        return {}
+    w = waits[idle]
+    _idle_table(ctx, w[:, 0], w[:, 1])
+    ns = np.maximum(np.minimum(w[:, 2], w[:, 4]) - np.maximum(w[:, 1], w[:, 3]), 0)
+    out: dict[int, int] = {}
+    for t, n in zip(w[:, 0], ns):
+        out[int(t)] = out.get(int(t), 0) + int(n)
+    return out
+
+
 def run(ctx: Context) -> list[Finding]:
     th = ctx.th(RULE.id)
+    _idle_table(ctx, np.zeros(0), np.zeros(0))
     threads = io_threads(ctx, th["min_thread_io_ratio"])
+    idle_ns = idle_waits(ctx, threads)
+    if idle_ns:          # again, without the waits for an event
+        threads = io_threads(ctx, th["min_thread_io_ratio"])
     max_read = max((t.read_bytes for t in threads), default=0)
     by_pid: dict[int, list[IoThread]] = {}
     for t in threads:
         by_pid.setdefault(t.pid, []).append(t)
     ranked = sorted(by_pid.values(), key=lambda ts: (-sum(t.wait_ns for t in ts), ts[0].pid))
-    findings = [process_finding(ctx, th, ts, max_read) for ts in ranked]
+    findings = [process_finding(ctx, th, ts, max_read, idle_ns) for ts in ranked]
     return [f for f in findings if f][:MAX_FINDINGS]
 
 

@@ -1667,7 +1667,7 @@ struct offcpu_state {
 	__u64 wake_ts;    /* first wake-up after the switch-out, 0 if none yet */
 	__u64 waker;      /* the waker's pid_tgid */
 	__u32 state;      /* task state at switch-out (0: preempted) */
-	__u32 pad;
+	__u32 irq;        /* the wake-up came in an interrupt: no task woke it */
 };
 
 struct {
@@ -1701,6 +1701,7 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 			o->off_ts = now;
 			o->wake_ts = 0;
 			o->waker = 0;
+			o->irq = 0;
 			o->state = preempt ? 0 : task_state(prev);
 		} else {
 			count(IOT_CNT_NO_STORAGE);
@@ -1723,6 +1724,8 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	e->ret = (__u32)o->waker;
 	e->arg = o->waker >> 32;
 	e->offset = o->wake_ts ? (__s64)(o->wake_ts - o->off_ts) : -1;
+	if (o->wake_ts && o->irq)
+		e->eflags |= IOT_EF_IRQ_WAKE;
 	if (o->state) {
 		/* blocked (not preempted) during a page fault: the fault's stall */
 		struct inflight *st = bpf_task_storage_get(&inflight, next, 0, 0);
@@ -1734,9 +1737,55 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	return 0;
 }
 
-/* sched_waking runs in the waker's context: current is the waker (in an
- * interrupt, whatever task was interrupted; the analysis treats wakers
- * outside the traced tree as "the kernel"). */
+/* Interrupt context, per CPU: the depth of hard interrupt handlers, softirqs
+ * and hrtimer callbacks (which run in a hard interrupt, or a softirq) the
+ * CPU is in, kept by their entry and exit tracepoints. The preempt count
+ * would say so directly, but a per-CPU variable's address needs a kernel
+ * built with CONFIG_KALLSYMS_ALL, which many are not. NMIs wake no task. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} irq_depth SEC(".maps");
+
+static __always_inline int irq_step(int up)
+{
+	__u32 zero = 0, *d = bpf_map_lookup_elem(&irq_depth, &zero);
+
+	if (d) {
+		if (up)
+			*d += 1;
+		else if (*d)        /* an exit whose entry came before the trace */
+			*d -= 1;
+	}
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(iot_irq_enter) { return irq_step(1); }
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(iot_irq_exit) { return irq_step(0); }
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(iot_softirq_enter) { return irq_step(1); }
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(iot_softirq_exit) { return irq_step(0); }
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(iot_hrtimer_enter) { return irq_step(1); }
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(iot_hrtimer_exit) { return irq_step(0); }
+
+static __always_inline bool in_irq_context(void)
+{
+	__u32 zero = 0, *d = bpf_map_lookup_elem(&irq_depth, &zero);
+
+	return d && *d;
+}
+
+/* sched_waking runs in the waker's context: current is the waker, except
+ * in an interrupt (a timer expiring, an I/O completing), where current is
+ * whatever task was running: the wake-up is then the kernel's (waker 0,
+ * IOT_EF_IRQ_WAKE), never the interrupted task's. */
 SEC("tp_btf/sched_waking")
 int BPF_PROG(iot_sched_waking, struct task_struct *p)
 {
@@ -1749,7 +1798,13 @@ int BPF_PROG(iot_sched_waking, struct task_struct *p)
 	if (!o || !o->off_ts || o->wake_ts)
 		return 0;
 	o->wake_ts = bpf_ktime_get_ns();
-	o->waker = bpf_get_current_pid_tgid();
+	if (in_irq_context()) {
+		o->waker = 0;
+		o->irq = 1;
+	} else {
+		o->waker = bpf_get_current_pid_tgid();
+		o->irq = 0;
+	}
 	return 0;
 }
 

@@ -116,7 +116,8 @@ enum iot_op {
 	IOT_IOCTL,                   /* flags = request, arg = argument */
 	/* scheduler (not a system call): one off-CPU interval of a traced thread,
 	 * from switch-out to switch-in. flags = task state at switch-out
-	 * (0: preempted, still runnable), ret = waker thread id (0: none seen),
+	 * (0: preempted, still runnable), ret = waker thread id (0: none seen, or
+	 * an interrupt woke it: eflags IOT_EF_IRQ_WAKE),
 	 * arg = waker's tgid, offset = ns from switch-out to the wake-up (-1: none) */
 	IOT_OFFCPU,
 	/* a user page fault of a traced thread on a file mapping (not a system
@@ -191,6 +192,8 @@ enum iot_op {
 #define IOT_EF_BEGAN_BEFORE 2048 /* a system call already in progress when an attach began
 				    tracing: ts_ns is when tracing began, dur_ns a lower
 				    bound */
+#define IOT_EF_IRQ_WAKE 4096  /* offcpu: the wake-up came in an interrupt (a timer, an
+				 I/O completion): no task woke it (ret = arg = 0) */
 
 /* O_DIRECT in struct file's f_flags: x86_64's (asm-generic) value */
 #define IOT_O_DIRECT 040000

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 from iotrace.analyzers.base import severity_rank
 from iotrace.analyzers.rates import human_bytes, human_rate
-from iotrace.analyzers.views import READ_OPS, WRITE_OPS, sql_list
+from iotrace.analyzers.views import NOT_DATA_RE, READ_OPS, WRITE_OPS, sql_list
 
 from .common import fmt_key, fmt_value, rel_time
 
@@ -70,6 +70,15 @@ nav a { color: var(--info); text-decoration: none; margin-right: 14px; }
 .kpis { display: grid; grid-template-columns: repeat(auto-fill, minmax(165px, 1fr));
         gap: 8px; margin: 0; }
 .kpis div { background: var(--bg); border-radius: 6px; padding: 6px 10px; }
+.budget { margin: 12px 0 4px; }
+.budget-title { color: var(--dim); font-size: 0.78em; margin-bottom: 4px; }
+.budget-bar { display: flex; height: 22px; border-radius: 4px; overflow: hidden;
+              border: 1px solid var(--line); }
+.budget-bar span { display: block; height: 100%; }
+.budget-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 0.82em;
+                 margin-top: 5px; }
+.budget-legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
+                   margin-right: 5px; vertical-align: -1px; }
 .kpis dt { color: var(--dim); font-size: 0.78em; }
 .kpis dd { margin: 0; font-weight: 600; font-size: 1.05em; }
 .kpis .bad dd { color: var(--high); }
@@ -202,13 +211,13 @@ def _verdict(v, label, cls, meta) -> list[str]:
         kpis.append(("Write target", human_rate(v["write_target_bytes_per_s"]), ""))
     kpis += [("Bytes read", human_bytes(v.get("bytes_read", 0)), ""),
              ("Bytes written", human_bytes(v.get("bytes_written", 0)), ""),
-             ("Time budget", v.get("budget_line") or "-", ""),
              ("Duration", f"{v.get('duration_s', 0):.2f} s", "")]
     out = [f'<section id="verdict" class="card verdict {cls}">',
            f'<span class="status">{e(label)}</span>',
            f'<p class="summary">{e(v.get("summary", ""))}</p>', '<dl class="kpis">']
     out += [f'<div class="{c}"><dt>{e(k)}</dt><dd>{e(val)}</dd></div>' for k, val, c in kpis]
     out.append("</dl>")
+    out += _budget_bar(v)
     notes = []
     if meta.get("drops"):
         notes.append(f"{meta['drops']:,} records were lost (ring buffer full): counts and "
@@ -238,6 +247,36 @@ def _verdict(v, label, cls, meta) -> list[str]:
             + "</div>")
     out.append("</section>")
     return out
+
+
+def _budget_bar(v) -> list[str]:
+    """The loop's time budget over the training window as one stacked bar:
+    compute, the data wait by what the producers were doing, checkpoint, other;
+    each part's share in its label."""
+    b = v.get("time_budget_s") or {}
+    win = b.get("window") or 0.0
+    if win <= 0:
+        return []
+    parts = [("compute", b.get("compute", 0.0), STATE_COLOURS["compute"])]
+    wait = b.get("data_wait", 0.0)
+    stall = v.get("stall") or {}
+    tot = sum(stall.values())
+    for k, x in sorted(stall.items(), key=lambda kv: -kv[1]):
+        if x > 0 and tot > 0:
+            parts.append((f"data wait: {k.replace('_', '-')}", wait * x / tot,
+                          STATE_COLOURS.get(f"data wait: {k}", "#555")))
+    if wait > 0 and tot <= 0:
+        parts.append(("data wait", wait, STATE_COLOURS["data wait: fetch"]))
+    parts += [("checkpoint", b.get("checkpoint", 0.0), STATE_COLOURS["checkpoint"]),
+              ("other", b.get("other", 0.0), "#9e9e9e")]
+    parts = [(k, x / win, c) for k, x, c in parts if x / win >= 0.001]
+    bar = "".join(f'<span style="width:{x * 100:.2f}%;background:{c}" '
+                  f'title="{e(k)} {x:.1%}"></span>' for k, x, c in parts)
+    legend = "".join(f'<span><i style="background:{c}"></i>{e(k)} {x:.0%}</span>'
+                     for k, x, c in parts)
+    return [f'<div class="budget"><div class="budget-title">Time budget of the loop over '
+            f'{win:.1f} s</div><div class="budget-bar">{bar}</div>'
+            f'<div class="budget-legend">{legend}</div></div>']
 
 
 def _anchors(findings) -> list[str]:
@@ -367,17 +406,18 @@ def _plots(con, report, t0: int, t1: int) -> list[str]:
               "blocked in reads, prep = on CPU, cpu-starved = runnable without a CPU, "
               "transfer = handing the batch over), and writing checkpoints."),
              ("throughput", "wide", _plot_throughput,
-              "Bytes moved per time bin by file reads and writes (a call's bytes are spread "
-              "over the time it took), against the read target."),
+              "Bytes moved per time bin by reads and writes of data files (not code or "
+              "libraries; a call's bytes are spread over the time it took), the training "
+              "window shaded, against the read target."),
              ("sizes", "", _plot_sizes,
-              "Share of read (write) calls per requested size, in power-of-2 buckets "
-              "(4K = 4 KiB up to 8 KiB); the legend has the number of calls."),
+              "Share of read (write) calls of data files per requested size, in power-of-2 "
+              "buckets (4K = 4 KiB up to 8 KiB); the legend has the number of calls."),
              ("latency", "", _plot_latency,
               "How long read calls took (entry to exit), in log-spaced buckets: a mode at "
               "microseconds is usually the page cache, milliseconds storage or the network."),
              ("offsets", "wide", _plot_offsets,
-              "File offset of each read over time for the (up to 3) files with the most bytes "
-              "read: rising lines are sequential reads, a cloud is random access.")]
+              "File offset of each read over time for the (up to 3) data files with the most "
+              "bytes read: rising lines are sequential reads, a cloud is random access.")]
     out = ['<section id="plots">', "<h2>Plots</h2>", '<div class="plots">']
     with matplotlib.rc_context(rc):
         for name, width, fn, caption in plots:
@@ -441,8 +481,10 @@ def _inline_svg(svg: str, prefix: str, label: str) -> str:
 
 
 def _calls(reads_only: bool = False) -> str:
-    """The rows of the `io` view (analyzers/views.py: read/write-family calls on
-    regular files) straight from `events`, with `is_read` instead of `dir` and a
+    """The rows of the `data_io` view (analyzers/views.py: read/write-family
+    calls on regular files that are data, not code, libraries or system
+    files: not the .pyc files an `import torch` reads, nor a pipe's 1-byte
+    reads) straight from `events`, with `is_read` instead of `dir` and a
     semi-join on `files` instead of the join that brings `path`: on 10 M events
     that makes each scan 3-4x cheaper. Paths are looked up for the few rows shown."""
     ops = READ_OPS if reads_only else READ_OPS + WRITE_OPS
@@ -450,7 +492,8 @@ def _calls(reads_only: bool = False) -> str:
                        greatest(ret, 0) as nbytes, file_id,
                        op in {sql_list(READ_OPS)} as is_read
                 from events where op in {sql_list(ops)} and file_id >= 0
-                  and file_id in (select file_id from files))"""
+                  and fd_kind = 'file' and file_id in (select file_id from files
+                      where not regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}')))"""
 
 
 def _nice_bin_ns(span_ns: int) -> int:
@@ -569,6 +612,7 @@ def _plot_throughput(con, report, t0: int, t1: int) -> str:
     edges = np.arange(nbins + 1) * (w / 1e9)
     target = report.targets.read_bps
     avg = report.verdict.get("read_bytes_per_s")
+    win = report.verdict.get("training_window") or {}
     top = max(float(rate["read"].max()), float(rate["write"].max()), target or 0)
     div, unit = _scale(top, per_s=True)
     fig, (ax,) = _figure(WIDE_IN, 3.4)
@@ -576,9 +620,13 @@ def _plot_throughput(con, report, t0: int, t1: int) -> str:
         if rate[d].any():
             ax.stairs(rate[d] / div, edges, fill=True, color=colour, alpha=0.18, lw=0)
             ax.stairs(rate[d] / div, edges, color=colour, lw=1.3, label=d)
+    if win.get("start_ns") is not None and report.verdict.get("loops"):
+        ax.axvspan((win["start_ns"] - t0) / 1e9, (win["end_ns"] - t0) / 1e9,
+                   color="#8a949e", alpha=0.08, lw=0, label="training window")
     if avg and rate["read"].any():
+        # the verdict's: the dataset's bytes while it was read in the training window
         ax.axhline(avg / div, color=READ_COLOUR, ls=":", lw=1.2,
-                   label=f"read average {human_rate(avg)}")
+                   label=f"read average in the window {human_rate(avg)}")
     if target:
         ax.axhline(target / div, color=TARGET_COLOUR, ls="--", lw=1.6,
                    label=f"read target {human_rate(target)}")

@@ -82,7 +82,7 @@ else
         mkdir -p $B && mount -o loop $W/disk.img $B 2>>"$OUT/setup.log" || log "loop ext4 failed"
     grep " $B " /proc/mounts >> "$OUT/setup.log"
     export IOTRACE_BLOCK_DIR=$B
-    set -- tests/test_hooks.py tests/test_calls.py tests/test_fio.py::test_random_4k_reads_exact \
+    set -- tests/test_hooks.py tests/test_calls.py tests/test_wakers.py tests/test_fio.py::test_random_4k_reads_exact \
         tests/test_storage.py::test_cold_read_comes_from_storage_warm_from_memory \
         tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
         "tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact[auto]" \

@@ -147,17 +147,21 @@ def pool_sample(job: tuple[str, float]) -> np.ndarray:
     return prep(read_sample(path), prep_s)
 
 
+POOL = []      # one pool for all epochs, made at the first batch asked for
+
+
 def pool_batches(files, args):
-    with mp.get_context("fork").Pool(max(args.workers, 1)) as pool:
-        batch = []
-        for arr in pool.imap(pool_sample, [(f, args.prep) for f in files],
-                             chunksize=args.batch):
-            batch.append(torch.from_numpy(arr))
-            if len(batch) == args.batch:
-                yield torch.stack(batch)
-                batch = []
-        if batch:
+    if not POOL:
+        POOL.append(mp.get_context("fork").Pool(max(args.workers, 1)))
+    pool = POOL[0]
+    batch = []
+    for arr in pool.imap(pool_sample, [(f, args.prep) for f in files], chunksize=args.batch):
+        batch.append(torch.from_numpy(arr))
+        if len(batch) == args.batch:
             yield torch.stack(batch)
+            batch = []
+    if batch:
+        yield torch.stack(batch)
 
 
 def make_hf(data: str) -> None:
@@ -247,6 +251,9 @@ def main() -> None:
         # from the first request for a batch (after the loader was made) to the end
         "loop_window_s": time.perf_counter() - (first_request or t_start),
         "start_ns": t_start_ns, "end_ns": t_end_ns}))
+    for pool in POOL:       # after the loop's clock stopped
+        pool.close()
+        pool.join()
 
 
 if __name__ == "__main__":

@@ -135,6 +135,7 @@ EF_DIRECT = 256      # the call's file was open with O_DIRECT (schema 1.7)
 EF_NO_COMPLETION = 512   # block_rq: its completion was not seen: dur_ns 0 (schema 1.8)
 EF_UNFINISHED = 1024     # a call not returned when the trace stopped: ret 0 (schema 1.9)
 EF_BEGAN_BEFORE = 2048   # a call in progress when an attach began: ts_ns = then (schema 1.9)
+EF_IRQ_WAKE = 4096       # offcpu: an interrupt woke it, no task (schema 1.11)
 
 # O_DIRECT in open flags, by meta.json `arch` (asm-generic's is 0o40000)
 O_DIRECT_BY_ARCH = {"x86_64": 0o40000, "i686": 0o40000, "aarch64": 0o200000,

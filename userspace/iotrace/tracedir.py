@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from .model import Model, kernel_dev_to_major_minor
 
-SCHEMA_VERSION = "1.10"
+SCHEMA_VERSION = "1.11"
 
 # Column names and DuckDB types of events (for an empty trace's view).
 EVENTS_SCHEMA_NAMES = [
