@@ -49,10 +49,11 @@ def npys(tmp_path_factory):
     shutil.rmtree(d, ignore_errors=True)
 
 
-def run(tmp_path, script, *args, report_kw=None):
+def run(tmp_path, script, *args, report_kw=None, rate=None):
     out = tmp_path / "truth.json"
     proc, trace = trace_run(tmp_path / "t", sys.executable, str(WORKLOADS / script),
-                            *map(str, args[:1]), str(out), *map(str, args[1:]))
+                            *map(str, args[:1]), str(out), *map(str, args[1:]),
+                            extra=("--py-stacks", str(rate)) if rate else ())
     assert proc.returncode == 0, proc.stderr[-2000:]
     truth = json.loads(out.read_text())
     report = build_report(trace, Targets(), **(report_kw or {}))
@@ -73,8 +74,12 @@ def check_au(truth, v):
 def test_torchvision_jpegs_num_workers_0(tmp_path, jpegs):
     """num_workers=0: the loop decodes and augments on its own CPU inside
     DataLoader.__next__; the kernel sees it on CPU (compute) and only its
-    short file reads as waits."""
-    truth, v = run(tmp_path, "jpeg_train.py", jpegs, "--workers", "0", "--epochs", "4")
+    short file reads as waits. At 200 samples a second: the loop decodes a
+    third of its time, and the share's own noise over 640 samples at 100 Hz
+    (1.9 points) put a 3-point bound within 1.6 of its sigmas (4.2 points off
+    once)."""
+    truth, v = run(tmp_path, "jpeg_train.py", jpegs, "--workers", "0", "--epochs", "4",
+                   rate=200)
     check_au(truth, v)
     lp = v["loops"][0]
     assert lp["loader_frame"]["source"] == "known"
@@ -104,7 +109,10 @@ def test_own_generator_found_from_the_data(tmp_path, npys):
     lf = v["loops"][0]["loader_frame"]
     assert (lf["source"], lf["function"]) == ("data", "batches"), lf
     assert lf["file"].endswith("own_loader.py")
-    assert v["loops"][0]["loop_cpu_top"][0]["function"] == "sort"
+    # its in-loader CPU: np.sort and np.load's read_array, by construction
+    # (which is first moves with the page cache's copy speed)
+    top = [f["function"] for f in v["loops"][0]["loop_cpu_top"][:2]]
+    assert set(top) == {"sort", "read_array"}, v["loops"][0]["loop_cpu_top"]
 
 
 def test_loader_frame_option(tmp_path, npys):

@@ -46,13 +46,14 @@ def bucket(tmp_path_factory):
         yield port, d
 
 
-def train(tmp_path, bucket, throttle_every, *args):
+def train(tmp_path, bucket, throttle_every, *args, rate=None, au_points=AU_POINTS):
     port, d = bucket
     out = tmp_path / "truth.json"
     with objstore.proxy(port, d, throttle_every=throttle_every) as px:
         proc, trace = trace_run(tmp_path / "t", sys.executable, str(WORKLOADS / "train_loader.py"),
                                 str(d / "ds"), str(out), "--loader", "s3", "--endpoint",
-                                f"http://127.0.0.1:{px.port}", *args)
+                                f"http://127.0.0.1:{px.port}", *args,
+                                extra=("--py-stacks", str(rate)) if rate else ())
         seen = px.stop()
     assert proc.returncode == 0, proc.stderr[-2000:]
     truth = json.loads(out.read_text())
@@ -62,7 +63,7 @@ def train(tmp_path, bucket, throttle_every, *args):
     print(f"{args}: own AU {truth['au']:.1%} over {truth['loop_window_s']:.1f} s, "
           f"iotrace {v['accelerator_utilization']:.1%}; proxy {seen}")
     assert v["loops"][0]["tid"] == truth["tid"], v["loops"]
-    assert v["accelerator_utilization"] == pytest.approx(truth["au"], abs=AU_POINTS), v["summary"]
+    assert v["accelerator_utilization"] == pytest.approx(truth["au"], abs=au_points), v["summary"]
     return truth, report, seen
 
 
@@ -89,11 +90,14 @@ def test_workers_throttled_by_the_store(tmp_path, bucket):
 
 def test_loop_gets_its_own_objects(tmp_path, bucket):
     """num_workers=0, no throttling: the loop GETs each sample itself inside
-    next() (12 epochs, about 6 s: enough samples of its CPU there); its
+    next() (12 epochs, about 6 s, at 200 samples a second: the share of its
+    CPU there is an estimate whose noise falls with the samples); its
     GETs are fetch, its own CPU there (botocore, the first client's
-    imports) loop-cpu, and nothing is called throttled."""
+    imports) loop-cpu, and nothing is called throttled. Within 5 points, not
+    3: nine runs were -2.6 to +3.1 points from the loop's own clock (its CPU
+    inside next() is half its wait, and only the samples see it)."""
     truth, report, seen = train(tmp_path, bucket, 0, "--workers", "0", "--compute", "0.02",
-                                "--epochs", "12")
+                                "--epochs", "12", rate=200, au_points=0.05)
     v = report.verdict
     assert seen["throttled"] == 0
     assert v["loops"][0]["how"] == "self-loading"
