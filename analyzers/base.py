@@ -90,13 +90,12 @@ class Context:
     def stacks(self) -> bool:
         """The trace has Python stacks to use (not with --kernel-only; a trace
         set's node summaries have none)."""
-        if "stacks" not in self.memo:
+        if "stacks" not in self.memo:      # the report sets it from its analysis
+            from .loader_frame import have_stacks
             try:
-                n = 0 if self.memo.get("kernel_only") else \
-                    self.con.execute("select count(*) from pystacks").fetchone()[0]
+                self.memo["stacks"] = not self.memo.get("kernel_only") and have_stacks(self.con)
             except Exception:   # noqa: BLE001 - no pystacks view on this engine or set
-                n = 0
-            self.memo["stacks"] = bool(n)
+                self.memo["stacks"] = False
         return self.memo["stacks"]
 
     def wait_cost_s(self, where: str) -> float:

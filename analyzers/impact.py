@@ -20,7 +20,7 @@ from .base import Context, Finding
 from .async_depth import CALLS as ASYNC_CALLS
 from .device_limit import STORAGE_WAIT_CALLS
 from .mmap_random import CALLS as MMAP_RANDOM_CALLS
-from .objstore import NET_CALLS, THROTTLED
+from .objstore import NET_CALLS, SAME_REQUEST, THROTTLED
 from .readahead_missing import CALLS as READAHEAD_MISSING_CALLS
 from .views import META_OPS
 from .rates import human_s
@@ -74,8 +74,7 @@ def _throttled_cost(ctx: Context) -> float:
     request's end to its retry (the SDK's backoff)."""
     iv = ctx.rows(f"""
         with r as (select tid, ts_ns, ts_ns + dur_ns as end_ns, {THROTTLED} as thr,
-                          lead(ts_ns) over (partition by tid, method, host, path,
-                                            coalesce(query, ''), coalesce(range, '')
+                          lead(ts_ns) over (partition by tid, {SAME_REQUEST}
                                             order by ts_ns) as next_ts
                    from requests)
         select tid, ts_ns, end_ns, 0 from r where thr

@@ -152,8 +152,7 @@ def tid_list(tids) -> str:
 
 def top_lock(ctx: Context, pid: int, tids, w0: int, w1: int) -> dict:
     """The lock the process's I/O threads waited on most in the window [w0, w1]."""
-    waits = f"""(select e.tid, e.ts_ns, e.dur_ns, e.op, e.arg,
-                        case when e.op = 'futex' then e.arg - e.arg % 64 else e.arg end as lock,
+    waits = f"""(select e.tid, e.ts_ns, e.dur_ns, e.op, e.arg, {LOCK_SQL} as lock,
                         e.ret, e.flags,
                         least(e.ts_ns + e.dur_ns, {w1}) - greatest(e.ts_ns, {w0}) as ns
                  from events e {NOT_IDLE}
@@ -298,10 +297,9 @@ def process_finding(ctx: Context, th: dict, threads: list[IoThread],
     serialised = len(readers) >= 2 and max_conc == 1 and nreads >= th["min_serial_reads"]
     lock = top_lock(ctx, pid, tids, w0, w1)
     seen = lock_evidence.in_waits(ctx.con, lock["spans"]) if ctx.stacks else \
-        {"samples": 0, "hdf5_share": 0.0, "top": []}
+        lock_evidence.NOTHING_SEEN
     kind, lock_name = likely_lock(ctx, pid, lock, len(tids), readers, seen)
-    where = "".join(f"{', ' if i else ''}{fn} ({f}) {share:.0%}"
-                    for i, (fn, f, share) in enumerate(seen["top"]))
+    where = ", ".join(f"{fn} ({f}) {share:.0%}" for fn, f, share in seen["top"])
     shared = lock["threads"] >= 2 or lock["op"] == "lock_contention"
     high = (share >= th["high_wait_share"] and shared) or serialised
     cmdline = ctx.one(f"select any_value(cmdline) from processes where pid = {pid}")[0]

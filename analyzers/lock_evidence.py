@@ -22,6 +22,7 @@ from .views import register_columns
 EVENT_WAITS = ("Condition.wait", "Event.wait", "Barrier.wait")
 POOL_LOOPS = (("concurrent/futures/thread.py", "_worker"), ("multiprocessing/pool.py", "worker"))
 HDF5_FRAMES = "/h5py/"
+NOTHING_SEEN = {"samples": 0, "hdf5_share": 0.0, "top": []}    # in_waits, without samples
 
 
 def _classes(con, sids: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -46,17 +47,17 @@ def _classes(con, sids: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
     return np.isin(sids, list(idle)), np.isin(sids, list(hdf5)), leaf
 
 
-def samples_in(con, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The samples of the waits' threads inside them: (wait index, stack id),
-    and the samples' time. waits: rows of (tid, start, end)."""
+def samples_in(con, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples of the waits' threads inside them: (wait index, stack id).
+    waits: rows of (tid, start, end)."""
     if len(waits) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     tids = sorted({int(t) for t in waits[:, 0]})
     r = con.execute(f"""select tid, ts_ns, stack_id from pystacks
                         where stack_id >= 0 and tid in ({",".join(map(str, tids))})
                         order by tid, ts_ns""").fetchnumpy()
     st, sts, ssid = (np.asarray(r[k], dtype=np.int64) for k in ("tid", "ts_ns", "stack_id"))
-    idx, sid, when = [], [], []
+    idx, sid = [], []
     for t in tids:
         m = waits[:, 0] == t
         wi = np.flatnonzero(m)
@@ -69,8 +70,7 @@ def samples_in(con, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
         ok = (j >= 0) & (ts < iv[np.maximum(j, 0), 1])
         idx.append(wi[j[ok]])
         sid.append(ssid[s][ok])
-        when.append(ts[ok])
-    return np.concatenate(idx), np.concatenate(sid), np.concatenate(when)
+    return np.concatenate(idx), np.concatenate(sid)
 
 
 def idle_waits(con, waits: np.ndarray, locks: np.ndarray) -> np.ndarray:
@@ -81,7 +81,7 @@ def idle_waits(con, waits: np.ndarray, locks: np.ndarray) -> np.ndarray:
     shorter than the sampling interval go with the ones sampled: a condition
     variable is waited on for an event every time."""
     out = np.zeros(len(waits), dtype=bool)
-    wi, sid, _ = samples_in(con, waits)
+    wi, sid = samples_in(con, waits)
     if len(wi) == 0:
         return out
     idle, _, _ = _classes(con, sid)
@@ -94,10 +94,11 @@ def idle_waits(con, waits: np.ndarray, locks: np.ndarray) -> np.ndarray:
 
 def in_waits(con, waits: np.ndarray) -> dict:
     """What the threads were in during these waits: {samples, hdf5_share,
-    top: [(function, file, share)]} (top: innermost frames, by samples)."""
-    wi, sid, _ = samples_in(con, waits)
+    top: [(function, file, share)]} (top: innermost frames, by samples);
+    NOTHING_SEEN where no sample fell in them."""
+    wi, sid = samples_in(con, waits)
     if len(wi) == 0:
-        return {"samples": 0, "hdf5_share": 0.0, "top": []}
+        return dict(NOTHING_SEEN)
     _, hdf5, leaf = _classes(con, sid)
     u, n = np.unique(sid, return_counts=True)
     by: dict = {}
@@ -107,11 +108,4 @@ def in_waits(con, waits: np.ndarray) -> dict:
     top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
     return {"samples": int(len(sid)), "hdf5_share": float(hdf5.mean()),
             "top": [(fn, f, k / len(sid)) for (fn, f), k in top]}
-
-
-def cut(waits: np.ndarray, w0: int, w1: int) -> np.ndarray:
-    """Ns of each wait (tid, start, end) inside [w0, w1]."""
-    if len(waits) == 0:
-        return np.zeros(0)
-    return np.maximum(np.minimum(waits[:, 2], w1) - np.maximum(waits[:, 1], w0), 0)
 

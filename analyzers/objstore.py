@@ -14,6 +14,10 @@ THROTTLED = ("(status in (429, 503) or error_code in ('SlowDown', 'Throttling', 
              "'ThrottlingException', 'RequestLimitExceeded', 'TooManyRequestsException', "
              "'RequestThrottled', 'SlowDownRead', 'SlowDownWrite'))")
 
+# The same request again (a retry): the same method, endpoint, target and
+# range, after the one before it (partition a window by who sent it and these)
+SAME_REQUEST = "method, host, path, coalesce(query, ''), coalesce(range, '')"
+
 # Object reads that returned data
 DATA_GETS = "(method = 'GET' and status between 200 and 299 and key is not null)"
 

@@ -100,6 +100,7 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
     waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window, loader_frame,
                     use_stacks=not kernel_only)
     ctx.memo["kernel_only"] = kernel_only
+    ctx.memo["stacks"] = waits.stacks       # what the analysis used: asked once
     ctx.window = waits.window
     ctx.loop_tids = tuple(lp.tid for lp in waits.loops)
     findings: list[Finding] = []

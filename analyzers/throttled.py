@@ -20,7 +20,8 @@ threads that were throttled.
 from __future__ import annotations
 
 from .base import Context, Finding, Rule
-from .objstore import THROTTLED, examples, request_count, top_endpoints, top_processes
+from .objstore import (SAME_REQUEST, THROTTLED, examples, request_count, top_endpoints,
+                       top_processes)
 from .rates import human_s
 
 
@@ -32,8 +33,7 @@ def run(ctx: Context) -> list[Finding]:
     n, retries, lost_ns = ctx.one(f"""
         with r as (
             select *, {THROTTLED} as thr,
-                   lead(ts_ns) over (partition by pid, method, host, path,
-                                     coalesce(query, ''), coalesce(range, '')
+                   lead(ts_ns) over (partition by pid, {SAME_REQUEST}
                                      order by ts_ns) as next_ts
             from requests)
         select count(*) filter (where thr),

@@ -38,6 +38,11 @@ NOT_DATA_RE = (r"\.(py|pyc|pyi|pth|so)$|\.so\.[0-9.]+$|^/(proc|sys|etc|run)/"
                r"|^/(usr/)?(lib|lib32|lib64)/|^/usr/share/|/lib/python[0-9.]*/")
 
 
+# The files that are data (not code, libraries or system files)
+DATA_FILE_IDS_SQL = ("select file_id from files "
+                     f"where not regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}')")
+
+
 # Bytes a cached event takes in DuckDB's memory (uncompressed columns; 137
 # measured on a synthetic training trace), and the share of the memory
 # available the cache may take.
@@ -199,9 +204,7 @@ def _shared_views(con) -> None:
         select * from io where ret >= 0 and file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     con.execute(f"""
-        create or replace temp view data_file_ids as
-        select file_id from files where file_id not in
-            (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
+        create or replace temp view data_file_ids as {DATA_FILE_IDS_SQL}""")
     # io_uring and libaio requests: submission to completion, many in flight
     # at once, so their durations are latencies, not time a thread spent in a
     # call. The rules on call patterns and call time read `io`; the rates

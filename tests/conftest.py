@@ -27,26 +27,28 @@ UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 
 
+def build_workload(tmp_path_factory, name: str, *flags: str) -> Path:
+    """tests/workloads/NAME.c compiled with gcc -O2 FLAGS (skips without gcc)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    out = tmp_path_factory.mktemp("bin") / name
+    subprocess.run(["gcc", "-O2", "-o", str(out), str(WORKLOADS / f"{name}.c"), *flags],
+                   check=True)
+    return out
+
+
 @pytest.fixture(scope="session")
 def lockwait_bin(tmp_path_factory):
     """tests/workloads/lockwait.c built once: threads timing their own mutex waits."""
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not installed")
-    out = tmp_path_factory.mktemp("bin") / "lockwait"
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", str(out), str(WORKLOADS / "lockwait.c")],
-                   check=True)
-    return out
+    return build_workload(tmp_path_factory, "lockwait", "-pthread")
 
 
 @pytest.fixture(scope="session")
 def verbs_bin(tmp_path_factory):
     """tests/workloads/verbs_mr.c built once against libibverbs."""
-    if shutil.which("gcc") is None or not Path("/usr/include/infiniband/verbs.h").exists():
-        pytest.skip("gcc or libibverbs-dev not installed")
-    out = tmp_path_factory.mktemp("bin") / "verbs_mr"
-    subprocess.run(["gcc", "-O2", "-o", str(out), str(WORKLOADS / "verbs_mr.c"), "-libverbs"],
-                   check=True)
-    return out
+    if not Path("/usr/include/infiniband/verbs.h").exists():
+        pytest.skip("libibverbs-dev not installed")
+    return build_workload(tmp_path_factory, "verbs_mr", "-libverbs")
 
 
 @pytest.fixture(scope="session")

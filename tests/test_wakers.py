@@ -6,14 +6,11 @@ interrupt taken while the spinner runs. Also run on Debian's 6.1 kernel
 (tests/test_vm.py), where the CPU's preempt count is found another way."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
 from iotrace.abi import EF_IRQ_WAKE
 
-from conftest import WORKLOADS, needs_root, rows, trace_run
+from conftest import build_workload, needs_root, rows, trace_run
 
 pytestmark = needs_root()
 N = 200
@@ -21,12 +18,7 @@ N = 200
 
 @pytest.fixture(scope="module")
 def irq_wake(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not installed")
-    out = tmp_path_factory.mktemp("bin") / "irq_wake"
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", str(out), str(WORKLOADS / "irq_wake.c")],
-                   check=True)
-    return out
+    return build_workload(tmp_path_factory, "irq_wake", "-pthread")
 
 
 def test_timer_wake_is_not_the_interrupted_thread(tmp_path, irq_wake):

@@ -9,6 +9,9 @@
 #include "probes.h"
 
 /* bpf/iotrace.bpf.c's probes; probes[i].prog names its program. */
+/* The name the interrupt-context probes start with (what the wake-ups need) */
+#define IRQ_WAKE_PROBES "wake-ups in interrupts"
+
 extern struct probe core_probes[];
 extern const int n_core_probes;
 

@@ -814,7 +814,7 @@ static void prepare_profile(struct iotrace_bpf *skel, struct probe *probes, int 
 		bpf_map__set_max_entries(skel->maps.prof_named, opt.profile_max_keys);
 	for (int i = 0; i < n; i++) {
 		if (strcmp(probes[i].prog, "iot_sched_switch") && strcmp(probes[i].prog, "iot_sched_waking")
-		    && strncmp(probes[i].name, "wake-ups in interrupts", 22))
+		    && strncmp(probes[i].name, IRQ_WAKE_PROBES, sizeof(IRQ_WAKE_PROBES) - 1))
 			continue;
 		if (!probes[i].why[0])
 			snprintf(probes[i].why, sizeof(probes[i].why),
