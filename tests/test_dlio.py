@@ -62,7 +62,24 @@ def dlio_loads(out: Path) -> list[float]:
             for block in d["load"].values() for x in block]
 
 
-def run_dlio(tmp_path, data, *overrides, prefix=()):
+def dlio_own_au(out: Path) -> float:
+    """The AU by DLIO's own clock around next(), on DLIO's terms otherwise:
+    per epoch, 1 - its `load` times after the first step over its time after
+    the first step, the mean of the epochs. DLIO's headline AU is its nominal
+    compute over that time instead, lower by what the loop does between its
+    steps (DLIO's logging and statistics: 1.2 points a 1 s epoch here)."""
+    o = json.loads((out / "0_output.json").read_text())
+    aus = []
+    for epoch, d in o.items():
+        if not epoch.isdigit():
+            continue
+        for block, au in d["au"].items():
+            total = sum(d["compute"][block][1:]) / (au / 100)
+            aus.append(1 - sum(d["load"][block][1:]) / total)
+    return float(np.mean(aus))
+
+
+def run_dlio(tmp_path, data, *overrides, prefix=(), extra=()):
     """One traced DLIO run of one epoch: (DLIO's summary metrics, iotrace's
     verdict, its findings' evidence by id). The loop's data waits agree with
     DLIO's own timing of them within 5% or 5 ms a step. The first step is
@@ -71,7 +88,7 @@ def run_dlio(tmp_path, data, *overrides, prefix=()):
     seconds of page faults)."""
     out = tmp_path / "dlio"
     proc, trace = trace_run(tmp_path / "trace", *prefix, *dlio_args(data, out, *overrides),
-                            env=ENV)
+                            env=ENV, extra=extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metric = json.loads((out / "summary.json").read_text())["metric"]
     report = build_report(trace, Targets())
@@ -123,14 +140,24 @@ def test_dlio_loading_in_its_loop(tmp_path, data):
     """read_threads 0: DLIO's loop loads and decodes each .npz itself, inside
     the DataLoader's next(). The kernel alone sees only its reads and calls
     the decoding compute (AU 95% where DLIO says 82-87%); with the loop's
-    Python stacks the time inside next() is the wait, as DLIO times it."""
+    Python stacks the time inside next() is the wait, as DLIO times it.
+    The time in next() beyond the loop's file calls is estimated from the
+    share of stack samples in it: over 4 epochs at 100 Hz (~400 samples, a
+    23% share) its noise is 2.1 AU points (one sigma), and 1 run in 3 was
+    5.6 points off; 10 epochs at 200 Hz (~2000 samples) make it 0.9. The
+    ground truth is DLIO's own clock around next() (dlio_own_au); its
+    headline AU is held to 4 points (1.2 lower by definition)."""
     warm(data)
     m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05",
-                       "++workload.reader.read_threads=0", "++workload.train.epochs=4")
-    theirs = m["train_au_mean_percentage"] / 100
+                       "++workload.reader.read_threads=0", "++workload.train.epochs=10",
+                       extra=("--py-stacks", "200"))
+    headline = m["train_au_mean_percentage"] / 100
+    theirs = dlio_own_au(tmp_path / "dlio")
     ours = v["after_first_step"]["accelerator_utilization"]    # as DLIO counts
-    print(f"AU without the first step: DLIO {theirs:.1%}, iotrace {ours:.1%}")
+    print(f"AU without the first step: DLIO {theirs:.1%} by its clock around next() "
+          f"({headline:.1%} its headline), iotrace {ours:.1%}")
     assert ours == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
+    assert ours == pytest.approx(headline, abs=0.04), (headline, v["summary"])
     assert v["loops"][0]["how"] == "self-loading"
     assert v["loops"][0]["loader_frame"]["what"] == "PyTorch DataLoader"
     assert max(v["stall"], key=v["stall"].get) == "loop_cpu", v["stall"]
