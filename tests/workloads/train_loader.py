@@ -147,12 +147,10 @@ def pool_sample(job: tuple[str, float]) -> np.ndarray:
     return prep(read_sample(path), prep_s)
 
 
-POOL = []      # one pool for all epochs, made at the first batch asked for
+POOL = []      # one pool for all epochs, made before the loop, as `with Pool(n)` would
 
 
 def pool_batches(files, args):
-    if not POOL:
-        POOL.append(mp.get_context("fork").Pool(max(args.workers, 1)))
     pool = POOL[0]
     batch = []
     for arr in pool.imap(pool_sample, [(f, args.prep) for f in files], chunksize=args.batch):
@@ -214,6 +212,11 @@ def main() -> None:
         return make_s3(files, args)
     make = {"torch": torch_batches, "threads": thread_batches, "pool": pool_batches,
             "hf": hf_batches, "plain": plain_batches, "s3": s3_batches}
+    if args.loader == "pool":
+        # before the loop's clock: made in its first next(), the pool's start
+        # (a fork of this process, 100 ms and more on a loaded machine) was a
+        # wait by the loop's clock, outside the loader's next() for iotrace
+        POOL.append(mp.get_context("fork").Pool(max(args.workers, 1)))
     waits, computes, epoch_waits = [], [], []
     first_request = None
     t_start = time.perf_counter()
