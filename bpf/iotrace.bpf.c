@@ -1737,49 +1737,54 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	return 0;
 }
 
-/* Interrupt context, per CPU: the depth of hard interrupt handlers, softirqs
- * and hrtimer callbacks (which run in a hard interrupt, or a softirq) the
- * CPU is in, kept by their entry and exit tracepoints. The preempt count
- * would say so directly, but a per-CPU variable's address needs a kernel
- * built with CONFIG_KALLSYMS_ALL, which many are not. NMIs wake no task. */
+/* Interrupt context, per CPU: a bit for each kind the CPU is in (a hard
+ * interrupt handler, a softirq, an hrtimer callback, which runs in a hard
+ * interrupt or a softirq), set by its entry tracepoint and cleared by its
+ * exit. Bits, not a depth count: a count is wrong for good once an entry is
+ * seen without its exit (the exit's program attached after the entry's,
+ * during a handler: every later wake-up on that CPU then passed for an
+ * interrupt's), where a bit is right again at the next exit of its kind,
+ * within a timer tick. Kinds do not nest in themselves, but for an hrtimer
+ * of a hard interrupt inside one of a softirq: the rest of the outer one
+ * then passes for task context. The preempt count would say all this
+ * directly, but a per-CPU variable's address needs a kernel built with
+ * CONFIG_KALLSYMS_ALL, which many are not. NMIs wake no task. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
-} irq_depth SEC(".maps");
+} irq_kinds SEC(".maps");
 
-static __always_inline int irq_step(int up)
+enum { IRQ_HARD = 1, IRQ_SOFT = 2, IRQ_HRTIMER = 4 };
+
+static __always_inline int irq_mark(__u32 kind, int in)
 {
-	__u32 zero = 0, *d = bpf_map_lookup_elem(&irq_depth, &zero);
+	__u32 zero = 0, *k = bpf_map_lookup_elem(&irq_kinds, &zero);
 
-	if (d) {
-		if (up)
-			*d += 1;
-		else if (*d)        /* an exit whose entry came before the trace */
-			*d -= 1;
-	}
+	if (k)
+		*k = in ? (*k | kind) : (*k & ~kind);
 	return 0;
 }
 
 SEC("tp_btf/irq_handler_entry")
-int BPF_PROG(iot_irq_enter) { return irq_step(1); }
+int BPF_PROG(iot_irq_enter) { return irq_mark(IRQ_HARD, 1); }
 SEC("tp_btf/irq_handler_exit")
-int BPF_PROG(iot_irq_exit) { return irq_step(0); }
+int BPF_PROG(iot_irq_exit) { return irq_mark(IRQ_HARD, 0); }
 SEC("tp_btf/softirq_entry")
-int BPF_PROG(iot_softirq_enter) { return irq_step(1); }
+int BPF_PROG(iot_softirq_enter) { return irq_mark(IRQ_SOFT, 1); }
 SEC("tp_btf/softirq_exit")
-int BPF_PROG(iot_softirq_exit) { return irq_step(0); }
+int BPF_PROG(iot_softirq_exit) { return irq_mark(IRQ_SOFT, 0); }
 SEC("tp_btf/hrtimer_expire_entry")
-int BPF_PROG(iot_hrtimer_enter) { return irq_step(1); }
+int BPF_PROG(iot_hrtimer_enter) { return irq_mark(IRQ_HRTIMER, 1); }
 SEC("tp_btf/hrtimer_expire_exit")
-int BPF_PROG(iot_hrtimer_exit) { return irq_step(0); }
+int BPF_PROG(iot_hrtimer_exit) { return irq_mark(IRQ_HRTIMER, 0); }
 
 static __always_inline bool in_irq_context(void)
 {
-	__u32 zero = 0, *d = bpf_map_lookup_elem(&irq_depth, &zero);
+	__u32 zero = 0, *k = bpf_map_lookup_elem(&irq_kinds, &zero);
 
-	return d && *d;
+	return k && *k;
 }
 
 /* sched_waking runs in the waker's context: current is the waker, except

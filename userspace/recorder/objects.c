@@ -38,16 +38,18 @@ struct probe core_probes[] = {
 	CORE("kernel lock contention (begin)", "contention_begin", "iot_lock_begin", false),
 	CORE("kernel lock contention (end)", "contention_end", "iot_lock_end", false),
 	CORE("off-CPU intervals (sched_switch)", "sched_switch", "iot_sched_switch", false),
-	CORE("wake-ups (sched_waking)", "sched_waking", "iot_sched_waking", false),
-	/* interrupt context, for the wake-ups: an interrupt's wake-up is no task's */
-	CORE(IRQ_WAKE_PROBES " (irq_handler_entry)", "irq_handler_entry", "iot_irq_enter", false),
+	/* interrupt context, for the wake-ups: an interrupt's wake-up is no
+	 * task's. Exits before entries and all before sched_waking: a handler
+	 * running while they attach leaves no kind marked for good */
 	CORE(IRQ_WAKE_PROBES " (irq_handler_exit)", "irq_handler_exit", "iot_irq_exit", false),
-	CORE(IRQ_WAKE_PROBES " (softirq_entry)", "softirq_entry", "iot_softirq_enter", false),
 	CORE(IRQ_WAKE_PROBES " (softirq_exit)", "softirq_exit", "iot_softirq_exit", false),
-	CORE(IRQ_WAKE_PROBES " (hrtimer_expire_entry)", "hrtimer_expire_entry",
-	     "iot_hrtimer_enter", false),
 	CORE(IRQ_WAKE_PROBES " (hrtimer_expire_exit)", "hrtimer_expire_exit",
 	     "iot_hrtimer_exit", false),
+	CORE(IRQ_WAKE_PROBES " (irq_handler_entry)", "irq_handler_entry", "iot_irq_enter", false),
+	CORE(IRQ_WAKE_PROBES " (softirq_entry)", "softirq_entry", "iot_softirq_enter", false),
+	CORE(IRQ_WAKE_PROBES " (hrtimer_expire_entry)", "hrtimer_expire_entry",
+	     "iot_hrtimer_enter", false),
+	CORE("wake-ups (sched_waking)", "sched_waking", "iot_sched_waking", false),
 	CORE("page cache additions (mm_filemap_add_to_page_cache)", "mm_filemap_add_to_page_cache",
 	     "iot_cache_add", false),
 	CORE("page faults on file mappings (page_fault_user)", "page_fault_user",
