@@ -26,6 +26,8 @@ STALL_WORDS = {"fetch": "blocked in storage reads (fetch)",
 HOW_WORDS = {"worker-processes": "fed by {n} loader worker process(es)",
              "loader-threads": "fed by {n} loader thread(s) of its process",
              "self-loading": "reads its data itself",
+             "runtime-threads": "runs each step, its next() included, in its framework's "
+                                "threads ({what}); fed by {n} thread(s) of its process",
              "checkpoint-only": "reads no dataset; it writes checkpoints"}
 
 
@@ -142,7 +144,8 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
                         where tid in ({', '.join(map(str, loop.producers))})
                           and pid != {loop.pid}""")[0]
     who = (f"The training loop (thread {loop.tid} '{loop.name}' of pid {loop.pid}, "
-           + HOW_WORDS[loop.how].format(n=n) + ")"
+           + HOW_WORDS[loop.how].format(n=n, what=loop.runtime.what if loop.runtime else "")
+           + ")"
            if len(w.loops) == 1 else f"The {len(w.loops)} training loops")
     bar = th["au_target"]
     if loop.loader is not None:
@@ -150,6 +153,10 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
         how = {"known": f"the {lf.what}'s", "option": "the given", "data": "found from the data:"}
         text = (f"{who} spent {share:.0%} of the {human_s(win)} training window inside its loader's "
                 f"next() ({how[lf.source]} {lf.label()}), waiting for data "
+                f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
+    elif loop.runtime is not None and loop.runtime.consumer is not None:
+        text = (f"{who} waited for data {share:.0%} of the {human_s(win)} training window: "
+                f"the time thread {loop.runtime.consumer} took its batches, its next() "
                 f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     else:
         text = (f"{who} waited for data {share:.0%} of the {human_s(win)} training window "
@@ -243,6 +250,9 @@ def too_little(w: Waits, th: dict) -> Optional[str]:
     # window were 4 times too long (a loader that keeps ahead: no waits)
     share = w.budget.get("data_wait", 0.0) / win if win > 0 else 0.0
     clear = share >= 0.5 or share < th["io_bound_share"] / 4
+    rl = w.loops[0].runtime if w.loops else None
+    if rl is not None and rl.consumer is None:
+        return rl.why
     if w.steps < th["min_data_waits"] and w.loops and w.loops[0].how != "checkpoint-only" \
             and not clear:
         return f"{w.steps} data wait(s) seen, under {th['min_data_waits']}"
@@ -267,7 +277,8 @@ def stacks_note(ctx: Context, w: Waits) -> Optional[str]:
     loop = w.loops[0]
     ps = ctx.meta.get("py_stacks")
     if w.stacks:
-        if loop.loader is not None or loop.how == "checkpoint-only":
+        if loop.loader is not None or loop.how == "checkpoint-only" or \
+                (loop.runtime is not None and loop.runtime.consumer is not None):
             return None
         why = loop.loader_why
     elif ctx.memo.get("kernel_only"):

@@ -24,7 +24,7 @@ the loop (a job that only computes and checkpoints).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -33,8 +33,9 @@ from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, RE
                          RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
 
 from . import intervals as ivl
-from . import loader_frame
+from . import loader_frame, runtime_steps
 from .loader_frame import LoaderFrame
+from .runtime_steps import RuntimeLoop
 from .views import mem_available, register_columns
 
 AF_UNIX = 1
@@ -66,7 +67,7 @@ class Loop:
     pid: int
     tid: int
     name: str
-    how: str                                   # worker-processes | loader-threads | self-loading | checkpoint-only
+    how: str                                   # worker-processes | loader-threads | self-loading | runtime-threads | checkpoint-only
     producers: list[int] = field(default_factory=list)    # producer-side thread ids
     episodes: np.ndarray = field(default_factory=lambda: ivl.EMPTY.copy())
     # the waits the kernel shows alone (blocked for a producer, its own reads);
@@ -75,6 +76,9 @@ class Loop:
     loader: Optional[LoaderFrame] = None
     loader_why: str = ""                      # why no loader frame, where none
     end_ns: Optional[int] = None              # the loop's last sample in its own function
+    # a loop whose steps run in a framework's runtime threads (model.fit):
+    # those threads, and the one that takes its batches (runtime_steps.py)
+    runtime: Optional[RuntimeLoop] = None
 
 
 @dataclass
@@ -807,6 +811,29 @@ def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> li
     return [x for x in out if id(x) not in absorbed]
 
 
+def _runtime_loops(con, loops: list[Loop], th: dict, threads_of: dict) -> list[Loop]:
+    """The loops whose steps run in a framework's runtime (model.fit), as the
+    Python stacks show them: the Python thread that runs the steps is the
+    loop, the thread that takes its batches its consumer, and the rest of
+    its process (tf.data's threads) its producers."""
+    runners = runtime_steps.step_runners(con, th)
+    out = list(loops)
+    for pid, (tid, what, a, b) in runners.items():
+        rl = runtime_steps.find(con, pid, tid, what, a, b, th)
+        lp = next((x for x in out if x.pid == pid), None)
+        if lp is None:
+            lp = Loop(pid, tid, "", "runtime-threads")
+            out.append(lp)
+        lp.tid, lp.name, lp.how, lp.runtime = tid, threads_of.get(tid, (pid, ""))[1], \
+            "runtime-threads", rl
+        # the runtime's threads are producers too: tf.data runs its map
+        # functions' ops on them (the JPEG decoding of a parallel map)
+        skip = {tid, rl.consumer}
+        lp.producers = [t for t, (p, _) in threads_of.items() if p == pid and t not in skip]
+        lp.loader, lp.loader_why = None, rl.why
+    return out
+
+
 def _loop_cpu(tl: Timelines, lp: Loop, eps: np.ndarray) -> np.ndarray:
     """Ns per episode the loop was on CPU in its loader frame outside the
     waits the kernel shows (the loop's own decoding, unpickling, collating)."""
@@ -834,10 +861,21 @@ def analyse(con, th: dict, t0: int, t1: int,
     stacks = use_stacks and loader_frame.have_stacks(con)
     th = {**loader_frame.THRESHOLDS, **th}      # the loader frame's, where not given
     if stacks:
-        loops = _loops_from_stacks(con, loops, th, threads_of=_threads(con))
+        th = {**runtime_steps.THRESHOLDS, **th}
+        threads_of = _threads(con)
+        loops = _loops_from_stacks(con, loops, th, threads_of=threads_of)
+        loops = _runtime_loops(con, loops, th, threads_of)
         tl.load({lp.tid for lp in loops} - loop_tids)
         loop_tids = {lp.tid for lp in loops}
     for lp in loops:
+        if lp.runtime is not None:
+            rl = lp.runtime
+            tl.load(set(rl.runtime) | {rl.consumer} - {None})
+            lp.episodes = lp.kernel_waits = runtime_steps.consumer_busy(
+                tl, rl, max(t0, rl.first_ns), min(t1, rl.last_ns)) \
+                if rl.consumer is not None else ivl.EMPTY.copy()
+            lp.end_ns = runtime_steps.last_step_end(tl, rl, lp.episodes)
+            continue
         lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
         if stacks and lp.how != "checkpoint-only":
             _in_loader(con, lp, t0, t1, th, loader_override)
@@ -859,8 +897,13 @@ def analyse(con, th: dict, t0: int, t1: int,
     for lp in loops:
         eps = ivl.clip(lp.episodes, lo, hi)
         tl.load(lp.producers)
-        b, ck = loop_budget(tl, lp, eps, lo, hi)
-        per, cost = stall_causes(tl, lp, eps, readers)
+        rl = lp.runtime
+        # a loop that runs its steps in a runtime: it waits for them whole
+        # (compute); its data waits are its consumer thread's
+        b, ck = loop_budget(tl, lp, eps, lo, hi,
+                            compute_wakers=set(rl.runtime) | {rl.consumer} if rl else set())
+        waiter = replace(lp, tid=rl.consumer) if rl and rl.consumer is not None else lp
+        per, cost = stall_causes(tl, waiter, eps, readers)
         per, parts = per[:, :len(STALL_KEYS)], per[:, len(STALL_KEYS):]
         for i, k in enumerate(FETCH_PARTS.values()):
             fetch_parts[k] += parts[:, i].sum() / 1e9
@@ -878,7 +921,7 @@ def analyse(con, th: dict, t0: int, t1: int,
             budget[k] += b[k]
         for i, k in enumerate(STALL_KEYS):
             stall[k] += per[:, i].sum() / 1e9
-        states.append(LoopStates(lp.pid, lp.tid, lp.name, eps, per, wakers(tl, lp, eps), ck))
+        states.append(LoopStates(lp.pid, lp.tid, lp.name, eps, per, wakers(tl, waiter, eps), ck))
         tl.drop(set(lp.producers) - loop_tids)
         n = len(eps)        # episodes are already merged: one per step
         steps += n
@@ -907,6 +950,13 @@ def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
     """The loader frame, the kernel-only wait, and the functions the loop ran
     on CPU inside the loader and its producers ran while it waited."""
     kernel = ivl.total(ivl.clip(lp.kernel_waits, lo, hi)) / 1e9
+    if lp.runtime is not None:
+        rl = lp.runtime
+        return {"loader_frame": None, "loader_frame_why": rl.why or None,
+                "data_wait_kernel_s": round(kernel, 6),
+                "step_runner": {"what": rl.what, "runtime_tids": rl.runtime,
+                                "consumer_tid": rl.consumer},
+                "prep_top": loader_frame.top_functions(con, lp.producers, eps)}
     if lp.loader is None:
         return {"loader_frame": None, "loader_frame_why": lp.loader_why or None,
                 "data_wait_kernel_s": round(kernel, 6)}
@@ -952,11 +1002,13 @@ def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tup
     return min(starts), max(ends)
 
 
-def loop_budget(tl: Timelines, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> tuple[dict, np.ndarray]:
+def loop_budget(tl: Timelines, lp: Loop, eps: np.ndarray, lo: int, hi: int,
+                compute_wakers: set = frozenset()) -> tuple[dict, np.ndarray]:
     """Seconds of the loop thread in the window: data wait (eps), checkpoint
     (its writes, syncs, opens and renames of checkpoint files), compute as a
     sleep or on a device (char device calls: GPU drivers), other time
-    blocked, and the rest on CPU (compute); and its checkpoint intervals."""
+    blocked (but for its waits that compute_wakers ended: a runtime that ran
+    its step), and the rest on CPU (compute); and its checkpoint intervals."""
     c = tl.calls(lp.tid, lo, hi)
     off = tl.offcpu(lp.tid, lo, hi)
     data = ivl.union(eps)
@@ -970,7 +1022,10 @@ def loop_budget(tl: Timelines, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> t
     gpu = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][gp], c["end_ns"][gp]), lo, hi)),
                        ivl.union(np.concatenate([used, sleep])))
     used = ivl.union(np.concatenate([used, sleep, gpu]))
-    blocked = ivl.subtract(ivl.union(ivl.clip(_blocked(off), lo, hi)), used)
+    blocked = _blocked(off)
+    if compute_wakers:
+        blocked = ivl.subtract(ivl.union(blocked), ivl.union(_blocked(off, compute_wakers)))
+    blocked = ivl.subtract(ivl.union(ivl.clip(blocked, lo, hi)), used)
     win = (hi - lo) / 1e9
     out = {"window": win, "data_wait": ivl.total(data) / 1e9, "checkpoint": ivl.total(ck) / 1e9,
            "compute_sleep": ivl.total(sleep) / 1e9, "compute_gpu": ivl.total(gpu) / 1e9,

@@ -3,7 +3,8 @@ Keras CNN in a custom training loop that times its own waits for data
 (perf_counter around next(), the MLPerf Storage definition).
 
     tfdata_train.py DATA_DIR OUT_JSON [--parallel N] [--compute S] [--steps N]
-                    [--compute-kind model|sleep]
+                    [--compute-kind model|sleep] [--fit]
+                    [--model cnn|tiny] [--profile DIR]
     tfdata_train.py DATA_DIR --make N       # N JPEG images in 4 TFRecord shards
 
 Pipeline: TFRecordDataset over the shards (parallel reads), parse, JPEG
@@ -51,6 +52,66 @@ def parse(rec):
     return tf.cast(img, tf.float32) / 255.0, f["label"]
 
 
+def fit(a, ds, model, opt, loss_fn) -> None:
+    """model.fit: Keras runs each step (its next() on the dataset and the
+    model's step) in one TensorFlow function; the Python thread waits for it
+    whole. A callback times each step."""
+    model.compile(optimizer=opt, loss=loss_fn)
+    steps = []
+
+    class StepClock(tf.keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self.t = (time.perf_counter(), time.monotonic_ns())
+
+        def on_train_batch_end(self, batch, logs=None):
+            steps.append((self.t, (time.perf_counter(), time.monotonic_ns())))
+
+    start = time.perf_counter()
+    if a.profile:
+        t_prof = time.monotonic_ns()
+        tf.profiler.experimental.start(a.profile)
+    model.fit(ds, steps_per_epoch=a.steps, epochs=1, callbacks=[StepClock()], verbose=0)
+    if a.profile:
+        tf.profiler.experimental.stop()
+    window = time.perf_counter() - start
+    truth = {"tid": threading.get_native_id(), "pid": os.getpid(), "steps": len(steps),
+             "step_s": [e[0] - b[0] for b, e in steps], "loop_window_s": window,
+             "step_spans_ns": [(b[1], e[1]) for b, e in steps]}
+    if a.profile:
+        truth.update(get_next_spans(a.profile))
+        # the profiler's times count from its start: about (within the start
+        # call) CLOCK_MONOTONIC's t_prof
+        truth["profiler_start_ns"] = t_prof
+        # TensorFlow's input time over the steps' time; and over the window
+        # iotrace judges, from the first next() (the first step's tracing
+        # and compiling of the function come before it) to the last step's end
+        truth["au_steps"] = 1 - sum(truth["get_next_s"]) / sum(truth["step_s"])
+        first = t_prof + truth["get_next_spans_ns"][0][0]
+        truth["loop_window_s"] = (truth["step_spans_ns"][-1][1] - first) / 1e9
+        truth["au"] = 1 - sum(truth["get_next_s"]) / truth["loop_window_s"]
+    Path(a.out).write_text(json.dumps(truth))
+
+
+def get_next_spans(logdir: str) -> dict:
+    """TensorFlow's own measure of a step's input time: its profiler's
+    IteratorGetNext op (`IteratorGetNextOp::DoCompute` on the host), each
+    span in ns from the profiler's start."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    path = next(Path(logdir).rglob("*.xplane.pb"))
+    xs = xplane_pb2.XSpace()
+    xs.ParseFromString(path.read_bytes())
+    spans = []
+    for plane in xs.planes:
+        ids = {k for k, m in plane.event_metadata.items() if m.name == "IteratorGetNextOp::DoCompute"}
+        for line in plane.lines:
+            for ev in line.events:
+                if ev.metadata_id in ids:
+                    s = line.timestamp_ns + ev.offset_ps // 1000
+                    spans.append((s, s + ev.duration_ps // 1000))
+    spans.sort()
+    return {"get_next_spans_ns": spans, "get_next_s": [(e - s) / 1e9 for s, e in spans]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -61,6 +122,11 @@ def main() -> None:
     ap.add_argument("--compute-kind", choices=("model", "sleep"), default="model")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--model", choices=("cnn", "tiny"), default="cnn",
+                    help="a small CNN, or a linear layer on the mean colour (no compute to speak of)")
+    ap.add_argument("--profile", help="TensorFlow's profiler around model.fit, into this directory")
+    ap.add_argument("--fit", action="store_true",
+                    help="train with model.fit; the steps timed by a Keras callback")
     a = ap.parse_args()
     if a.make:
         make(Path(a.data), a.make)
@@ -73,6 +139,8 @@ def main() -> None:
         tf.keras.layers.Input((96, 96, 3)),
         tf.keras.layers.Conv2D(16, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
         tf.keras.layers.Conv2D(16, 3, activation="relu"), tf.keras.layers.GlobalAveragePooling2D(),
+        tf.keras.layers.Dense(10)]) if a.model == "cnn" else tf.keras.Sequential([
+        tf.keras.layers.Input((96, 96, 3)), tf.keras.layers.GlobalAveragePooling2D(),
         tf.keras.layers.Dense(10)])
     opt = tf.keras.optimizers.SGD(0.01)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -85,6 +153,8 @@ def main() -> None:
                                 model.trainable_variables))
         return loss
 
+    if a.fit:
+        return fit(a, ds, model, opt, loss_fn)
     it = iter(ds)
     waits, spans = [], []       # the first step too: its wait starts the pipeline
     start = time.perf_counter()
