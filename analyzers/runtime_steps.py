@@ -155,19 +155,20 @@ def consumer_busy(tl, rl: RuntimeLoop, lo: int, hi: int) -> np.ndarray:
     if len(starts) == 0:
         return ivl.EMPTY.copy()
     # the consumer's wake-ups of the runtime: the batch handed back
-    handed = []
+    back = []
     for t in side:
         o = tl.offcpu(t, lo, hi)
         m = (o["wake"] >= 0) & (o["waker"] == g)
-        handed.append((o["ts_ns"] + o["wake"])[m])
-    back = np.sort(np.concatenate(handed)) if handed else np.empty(0, dtype=np.int64)
+        back.append((o["ts_ns"] + o["wake"])[m])
+    back = np.sort(np.concatenate(back))
     starts, idle_from = np.sort(starts), np.sort(idle_from)
     # busy span i: starts[i] to the next idle start after it, cut at its last hand-back
     nxt = np.searchsorted(idle_from, starts, side="right")
     ends = np.where(nxt < len(idle_from), idle_from[np.minimum(nxt, len(idle_from) - 1)], hi)
-    j = np.searchsorted(back, ends, side="right") - 1
-    has = (j >= 0) & (back[np.maximum(j, 0)] > starts) if len(back) else np.zeros(len(ends), bool)
-    ends = np.where(has, back[np.maximum(j, 0)] if len(back) else ends, ends)
+    if len(back):
+        j = np.searchsorted(back, ends, side="right") - 1
+        last = back[np.maximum(j, 0)]
+        ends = np.where((j >= 0) & (last > starts), last, ends)
     keep = ends > starts
     return ivl.clip(ivl.union(np.stack([starts[keep], ends[keep]], axis=1)), lo, hi)
 

@@ -468,10 +468,14 @@ def _runnable(off) -> np.ndarray:
     return ivl.as_iv(s, off["end_ns"])
 
 
-def _blocked(off, wakers: Optional[set] = None) -> np.ndarray:
+def _blocked(off, wakers: Optional[set] = None, but: set = frozenset()) -> np.ndarray:
+    """Its blocked intervals (off CPU until a wake-up): those that one of
+    wakers ended, where given, and none that one of but ended."""
     keep = off["wake"] >= 0
     if wakers is not None:
         keep &= np.isin(off["waker"], list(wakers))
+    if but:
+        keep &= ~np.isin(off["waker"], list(but))
     return ivl.as_iv(off["ts_ns"][keep], (off["ts_ns"] + off["wake"])[keep])
 
 
@@ -1022,10 +1026,7 @@ def loop_budget(tl: Timelines, lp: Loop, eps: np.ndarray, lo: int, hi: int,
     gpu = ivl.subtract(ivl.union(ivl.clip(ivl.as_iv(c["ts_ns"][gp], c["end_ns"][gp]), lo, hi)),
                        ivl.union(np.concatenate([used, sleep])))
     used = ivl.union(np.concatenate([used, sleep, gpu]))
-    blocked = _blocked(off)
-    if compute_wakers:
-        blocked = ivl.subtract(ivl.union(blocked), ivl.union(_blocked(off, compute_wakers)))
-    blocked = ivl.subtract(ivl.union(ivl.clip(blocked, lo, hi)), used)
+    blocked = ivl.subtract(ivl.union(ivl.clip(_blocked(off, but=compute_wakers), lo, hi)), used)
     win = (hi - lo) / 1e9
     out = {"window": win, "data_wait": ivl.total(data) / 1e9, "checkpoint": ivl.total(ck) / 1e9,
            "compute_sleep": ivl.total(sleep) / 1e9, "compute_gpu": ivl.total(gpu) / 1e9,
