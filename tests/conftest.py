@@ -37,6 +37,14 @@ def build_workload(tmp_path_factory, name: str, *flags: str) -> Path:
     return out
 
 
+def workload_data(tmp_path_factory, name: str, script: str, *args: str) -> Path:
+    """A fresh directory of data that tests/workloads/SCRIPT makes in it:
+    `SCRIPT DIR ARGS...` (its own way of asking, "--make N" or "make N")."""
+    d = tmp_path_factory.mktemp(name)
+    subprocess.run([sys.executable, str(WORKLOADS / script), str(d), *args], check=True)
+    return d
+
+
 @pytest.fixture(scope="session")
 def lockwait_bin(tmp_path_factory):
     """tests/workloads/lockwait.c built once: threads timing their own mutex waits."""

@@ -19,7 +19,7 @@ import iotrace
 from iotrace.analyzers.base import Targets
 from iotrace.analyzers.report import build_report
 
-from conftest import WORKLOADS, needs_root, trace_run
+from conftest import WORKLOADS, needs_root, trace_run, workload_data
 
 pytestmark = needs_root()
 AU_POINTS = 0.03
@@ -31,20 +31,14 @@ def jpegs(tmp_path_factory):
     # process (iotrace's CLI run in it), and torchvision may import pandas
     if importlib.util.find_spec("torchvision") is None:
         pytest.skip("torchvision is not installed (pip install '.[workloads]')")
-    d = tmp_path_factory.mktemp("jpegs")
-    import subprocess
-    subprocess.run([sys.executable, str(WORKLOADS / "jpeg_train.py"), str(d), "--make", "240"],
-                   check=True)
+    d = workload_data(tmp_path_factory, "jpegs", "jpeg_train.py", "--make", "240")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def npys(tmp_path_factory):
-    d = tmp_path_factory.mktemp("npys")
-    import subprocess
-    subprocess.run([sys.executable, str(WORKLOADS / "own_loader.py"), str(d), "--make", "8"],
-                   check=True)
+    d = workload_data(tmp_path_factory, "npys", "own_loader.py", "--make", "8")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -134,10 +128,7 @@ def test_a_script_that_only_loads(tmp_path, npys):
 @pytest.fixture(scope="module")
 def tfrecords(tmp_path_factory):
     pytest.importorskip("tensorflow")
-    d = tmp_path_factory.mktemp("tfrecords")
-    import subprocess
-    subprocess.run([sys.executable, str(WORKLOADS / "tfdata_train.py"), str(d), "--make", "400"],
-                   check=True, capture_output=True)
+    d = workload_data(tmp_path_factory, "tfrecords", "tfdata_train.py", "--make", "400")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

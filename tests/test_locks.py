@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import WORKLOADS, needs_root, rows, trace_run
+from conftest import WORKLOADS, needs_root, rows, trace_run, workload_data
 
 pytestmark = needs_root()
 
@@ -62,11 +62,7 @@ def test_kernel_lock_contention_inside_writes(tmp_path):
 
 @pytest.fixture(scope="module")
 def pool_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pool")
-    import subprocess
-    subprocess.run([sys.executable, str(WORKLOADS / "pool_waits.py"), str(d), "make", "16"],
-                   check=True)
-    return d
+    return workload_data(tmp_path_factory, "pool", "pool_waits.py", "make", "16")
 
 
 def lock_finding(trace, **kw):
