@@ -12,26 +12,29 @@ the kernel shows between the two sides:
 
 - the **runtime** (E): the threads that wake the Python thread at the end of
   its steps (the executor's inter-op threads);
-- the **consumer** (G): the thread that the runtime hands the next() to and
-  that hands it back, about once a step each way: woken by the runtime, it
-  takes the batch from tf.data's buffer (blocked where tf.data's threads
-  have none ready), and wakes the runtime again;
+- the **consumers** (G): the threads that the runtime hands the next() to
+  and that hand it back, about once a step each way: woken by the runtime,
+  one takes the batch from tf.data's buffer (blocked where tf.data's threads
+  have none ready), and wakes the runtime again (with several next() calls
+  a step, `steps_per_execution`, tf.data's pool spreads them over two
+  threads or more);
 - the **producers**: the process's other threads (tf.data's readers and
   mappers, and the runtime's threads, which run the ops of tf.data's map
   functions).
 
-The data wait of a step is the consumer's busy time: from the runtime
-waking it to its last wake-up of the runtime before it is idle again (it
-waits for work only as long as the runtime gives it none). Its time blocked
-for the producers is then fetch / prep / cpu-starved by what they did, its
-own time on CPU transfer, as for any loop.
+The data wait of a step is the consumers' busy time: from the runtime
+waking one to its last wake-up of the runtime before it is idle again (it
+waits for work only as long as the runtime gives it none). The time blocked
+for the producers is then fetch / prep / cpu-starved by what they did, the
+consumer's own time on CPU transfer, as for any loop (told from the state of
+the consumer that takes the most batches).
 
 Measured against TensorFlow's own profiler (the `IteratorGetNextOp::DoCompute`
 events of its trace) in tests/test_loader_frame.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -64,9 +67,14 @@ class RuntimeLoop:
     first_ns: int
     last_ns: int
     runtime: list[int]           # E
-    consumer: Optional[int]      # G, None where none was seen
+    consumers: list[int]         # G, the one that takes the most batches first; [] where none
     why: str = ""                # why no consumer
-    consumer_start_ns: Optional[int] = None    # the consumer thread's start
+    consumer_start_ns: dict = field(default_factory=dict)    # {G: its thread's start}
+
+    @property
+    def consumer(self) -> Optional[int]:
+        """The consumer that takes the most batches (None where none was seen)."""
+        return self.consumers[0] if self.consumers else None
 
 
 def step_runners(con, th: dict) -> dict[int, tuple[int, str, int, int]]:
@@ -113,7 +121,7 @@ def find(con, pid: int, tid: int, what: str, lo: int, hi: int, th: dict) -> Runt
     # thread, the allocator's) is not the runtime
     top = max(to_loop.values(), default=0)
     runtime = sorted(a for a, n in to_loop.items() if n >= max(need, 0.1 * top))
-    rl = RuntimeLoop(pid, tid, what, lo, hi, runtime, None)
+    rl = RuntimeLoop(pid, tid, what, lo, hi, runtime, [])
     if not runtime:
         rl.why = (f"no thread of pid {pid} woke the step-running thread {tid} at least "
                   f"{need} times: its steps' runtime was not seen")
@@ -130,17 +138,24 @@ def find(con, pid: int, tid: int, what: str, lo: int, hi: int, th: dict) -> Runt
         rl.why = ("no thread that the runtime hands the next() to and that hands it back "
                   "(tf.data's get-next thread) was seen")
         return rl
-    rl.consumer = max(score, key=score.get)
-    rl.consumer_start_ns = con.execute(
-        f"select min(start_ns) from threads where tid = {rl.consumer}").fetchone()[0]
+    rl.consumers = sorted(score, key=lambda t: -score[t])
+    rl.consumer_start_ns = {int(t): int(s) for t, s in con.execute(f"""
+        select tid, min(start_ns) from threads
+        where tid in ({",".join(map(str, rl.consumers))}) and start_ns is not null
+        group by tid""").fetchall()}
     return rl
 
 
 def consumer_busy(tl, rl: RuntimeLoop, lo: int, hi: int) -> np.ndarray:
-    """The consumer's busy spans in [lo, hi]: from each wake-up by the
-    runtime (or the Python thread), once on CPU, to its last wake-up of them
-    before its next wait for work."""
-    g = rl.consumer
+    """The consumers' busy spans in [lo, hi] (_busy), as one set."""
+    spans = [_busy(tl, rl, g, lo, hi) for g in rl.consumers]
+    return ivl.union(np.concatenate(spans)) if spans else ivl.EMPTY.copy()
+
+
+def _busy(tl, rl: RuntimeLoop, g: int, lo: int, hi: int) -> np.ndarray:
+    """A consumer's busy spans in [lo, hi]: from each wake-up by the runtime
+    (or the Python thread), once on CPU, to its last wake-up of them before
+    its next wait for work."""
     side = set(rl.runtime) | {rl.tid}
     off = tl.offcpu(g, lo, hi)
     idle = (off["wake"] >= 0) & np.isin(off["waker"], list(side))
@@ -150,8 +165,9 @@ def consumer_busy(tl, rl: RuntimeLoop, lo: int, hi: int) -> np.ndarray:
     idle_from = off["ts_ns"][idle]                        # waiting for work
     # a pool thread made for the first next() runs it before it ever waits
     # for work (tf.data makes its get-next pool at the first one)
-    if rl.consumer_start_ns is not None and lo <= rl.consumer_start_ns < hi:
-        starts = np.append(starts, rl.consumer_start_ns)
+    born = rl.consumer_start_ns.get(g)
+    if born is not None and lo <= born < hi:
+        starts = np.append(starts, born)
     if len(starts) == 0:
         return ivl.EMPTY.copy()
     # the consumer's wake-ups of the runtime: the batch handed back
@@ -183,7 +199,7 @@ def last_step_end(tl, rl: RuntimeLoop, eps: np.ndarray) -> int:
     after = int(eps[-1, 1])
     off = tl.offcpu(rl.tid, after, after + int(60e9))
     woke = off["ts_ns"] + off["wake"]
-    m = (off["wake"] >= 0) & np.isin(off["waker"], list(rl.runtime) + [rl.consumer]) \
+    m = (off["wake"] >= 0) & np.isin(off["waker"], rl.runtime + rl.consumers) \
         & (woke >= after)
     if not m.any():
         return after

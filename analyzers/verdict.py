@@ -156,7 +156,8 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
                 f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     elif loop.runtime is not None and loop.runtime.consumer is not None:
         text = (f"{who} waited for data {share:.0%} of the {human_s(win)} training window: "
-                f"the time thread {loop.runtime.consumer} took its batches, its next() "
+                f"the time thread(s) {', '.join(map(str, loop.runtime.consumers))} took its "
+                f"batches, its next() "
                 f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     else:
         text = (f"{who} waited for data {share:.0%} of the {human_s(win)} training window "

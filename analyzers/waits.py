@@ -818,7 +818,7 @@ def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> li
 def _runtime_loops(con, loops: list[Loop], th: dict, threads_of: dict) -> list[Loop]:
     """The loops whose steps run in a framework's runtime (model.fit), as the
     Python stacks show them: the Python thread that runs the steps is the
-    loop, the thread that takes its batches its consumer, and the rest of
+    loop, the threads that take its batches its consumers, and the rest of
     its process (tf.data's threads) its producers."""
     runners = runtime_steps.step_runners(con, th)
     out = list(loops)
@@ -832,7 +832,7 @@ def _runtime_loops(con, loops: list[Loop], th: dict, threads_of: dict) -> list[L
             "runtime-threads", rl
         # the runtime's threads are producers too: tf.data runs its map
         # functions' ops on them (the JPEG decoding of a parallel map)
-        skip = {tid, rl.consumer}
+        skip = {tid, *rl.consumers}
         lp.producers = [t for t, (p, _) in threads_of.items() if p == pid and t not in skip]
         lp.loader, lp.loader_why = None, rl.why
     return out
@@ -874,7 +874,7 @@ def analyse(con, th: dict, t0: int, t1: int,
     for lp in loops:
         if lp.runtime is not None:
             rl = lp.runtime
-            tl.load(set(rl.runtime) | {rl.consumer} - {None})
+            tl.load(set(rl.runtime) | set(rl.consumers))
             lp.episodes = lp.kernel_waits = runtime_steps.consumer_busy(
                 tl, rl, max(t0, rl.first_ns), min(t1, rl.last_ns)) \
                 if rl.consumer is not None else ivl.EMPTY.copy()
@@ -905,7 +905,7 @@ def analyse(con, th: dict, t0: int, t1: int,
         # a loop that runs its steps in a runtime: it waits for them whole
         # (compute); its data waits are its consumer thread's
         b, ck = loop_budget(tl, lp, eps, lo, hi,
-                            compute_wakers=set(rl.runtime) | {rl.consumer} if rl else set())
+                            compute_wakers=set(rl.runtime) | set(rl.consumers) if rl else set())
         waiter = replace(lp, tid=rl.consumer) if rl and rl.consumer is not None else lp
         per, cost = stall_causes(tl, waiter, eps, readers)
         per, parts = per[:, :len(STALL_KEYS)], per[:, len(STALL_KEYS):]
@@ -959,7 +959,7 @@ def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
         return {"loader_frame": None, "loader_frame_why": rl.why or None,
                 "data_wait_kernel_s": round(kernel, 6),
                 "step_runner": {"what": rl.what, "runtime_tids": rl.runtime,
-                                "consumer_tid": rl.consumer},
+                                "consumer_tids": rl.consumers},
                 "prep_top": loader_frame.top_functions(con, lp.producers, eps)}
     if lp.loader is None:
         return {"loader_frame": None, "loader_frame_why": lp.loader_why or None,

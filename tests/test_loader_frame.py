@@ -152,8 +152,10 @@ def test_tf_data_custom_loop(tmp_path, tfrecords, args):
 
 @pytest.mark.parametrize("args", [
     ("--parallel", "2", "--steps", "400"),                      # the CNN: compute-bound
-    ("--parallel", "1", "--steps", "200", "--model", "tiny")],  # one decoder: input-bound
-    ids=["keras-cnn", "tiny-one-decoder"])
+    ("--parallel", "1", "--steps", "200", "--model", "tiny"),   # one decoder: input-bound
+    # 4 steps a function call: tf.data's pool takes the next() calls on two threads
+    ("--parallel", "1", "--steps", "200", "--model", "tiny", "--steps-per-execution", "4")],
+    ids=["keras-cnn", "tiny-one-decoder", "4-steps-a-call"])
 def test_tf_data_model_fit(tmp_path, tfrecords, args):
     """model.fit: each step (its next() on the dataset and the model's step)
     runs in one TensorFlow function on TensorFlow's threads; the Python
@@ -171,6 +173,7 @@ def test_tf_data_model_fit(tmp_path, tfrecords, args):
     lp = v["loops"][0]
     assert lp["how"] == "runtime-threads", lp
     assert lp["step_runner"]["what"] == "Keras model.fit (TensorFlow)", lp
+    assert lp["step_runner"]["consumer_tids"], lp
     # the window ends with the last step (its end on the callback's clock)
     end = truth["step_spans_ns"][-1][1]
     assert abs(v["training_window"]["end_ns"] - end) < 0.02e9, (v["training_window"], end)

@@ -5,6 +5,7 @@ Keras CNN in a custom training loop that times its own waits for data
     tfdata_train.py DATA_DIR OUT_JSON [--parallel N] [--compute S] [--steps N]
                     [--compute-kind model|sleep] [--fit]
                     [--model cnn|tiny] [--profile DIR]
+                    [--steps-per-execution N]
     tfdata_train.py DATA_DIR --make N       # N JPEG images in 4 TFRecord shards
 
 Pipeline: TFRecordDataset over the shards (parallel reads), parse, JPEG
@@ -56,7 +57,7 @@ def fit(a, ds, model, opt, loss_fn) -> None:
     """model.fit: Keras runs each step (its next() on the dataset and the
     model's step) in one TensorFlow function; the Python thread waits for it
     whole. A callback times each step."""
-    model.compile(optimizer=opt, loss=loss_fn)
+    model.compile(optimizer=opt, loss=loss_fn, steps_per_execution=a.steps_per_execution)
     steps = []
 
     class StepClock(tf.keras.callbacks.Callback):
@@ -92,6 +93,11 @@ def fit(a, ds, model, opt, loss_fn) -> None:
     Path(a.out).write_text(json.dumps(truth))
 
 
+# the op of a step's next(): IteratorGetNextAsOptional where Keras runs several
+# steps in one function call (steps_per_execution > 1)
+GET_NEXT_OPS = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")
+
+
 def get_next_spans(logdir: str) -> dict:
     """TensorFlow's own measure of a step's input time: its profiler's
     IteratorGetNext op (`IteratorGetNextOp::DoCompute` on the host), each
@@ -102,7 +108,7 @@ def get_next_spans(logdir: str) -> dict:
     xs.ParseFromString(path.read_bytes())
     spans = []
     for plane in xs.planes:
-        ids = {k for k, m in plane.event_metadata.items() if m.name == "IteratorGetNextOp::DoCompute"}
+        ids = {k for k, m in plane.event_metadata.items() if m.name in GET_NEXT_OPS}
         for line in plane.lines:
             for ev in line.events:
                 if ev.metadata_id in ids:
@@ -124,6 +130,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--model", choices=("cnn", "tiny"), default="cnn",
                     help="a small CNN, or a linear layer on the mean colour (no compute to speak of)")
+    ap.add_argument("--steps-per-execution", type=int, default=1,
+                    help="model.fit's steps in one TensorFlow function call")
     ap.add_argument("--profile", help="TensorFlow's profiler around model.fit, into this directory")
     ap.add_argument("--fit", action="store_true",
                     help="train with model.fit; the steps timed by a Keras callback")
