@@ -697,21 +697,25 @@ def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
 def wakers(tl: Timelines, loop: Loop, eps: np.ndarray) -> np.ndarray:
     """(tid, pid, wake-up ns) of the thread that woke the loop at the end of
     each data wait: the waker of its last off-CPU interval ending in the wait
-    (-1 where it ended on CPU or no waker was seen)."""
+    that a producer ended, else of its last one (a wake-up by a thread of
+    its own after the batch came, such as a queue's feeder thread releasing
+    a lock, is not the batch handed over); -1 where it ended on CPU or no
+    waker was seen."""
     out = np.full((len(eps), 3), -1, dtype=np.int64)
     if len(eps) == 0:
         return out
     off = tl.offcpu(loop.tid, int(eps[0, 0]), int(eps[-1, 1]))
     ok = (off["wake"] >= 0) & (off["waker"] > 0)
-    end = off["end_ns"][ok]
-    if len(end) == 0:
-        return out
-    j = np.searchsorted(end, eps[:, 1], side="right") - 1
-    hit = (j >= 0) & (end[np.maximum(j, 0)] >= eps[:, 0])
-    jj = j[hit]
-    out[hit, 0] = off["waker"][ok][jj]
-    out[hit, 1] = off["waker_pid"][ok][jj]
-    out[hit, 2] = (off["ts_ns"] + off["wake"])[ok][jj]
+    for keep in (ok, ok & np.isin(off["waker"], loop.producers)):   # producers' win
+        end = off["end_ns"][keep]
+        if len(end) == 0:
+            continue
+        j = np.searchsorted(end, eps[:, 1], side="right") - 1
+        hit = (j >= 0) & (end[np.maximum(j, 0)] >= eps[:, 0])
+        jj = j[hit]
+        out[hit, 0] = off["waker"][keep][jj]
+        out[hit, 1] = off["waker_pid"][keep][jj]
+        out[hit, 2] = (off["ts_ns"] + off["wake"])[keep][jj]
     return out
 
 
