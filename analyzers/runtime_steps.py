@@ -147,9 +147,28 @@ def find(con, pid: int, tid: int, what: str, lo: int, hi: int, th: dict) -> Runt
 
 
 def consumer_busy(tl, rl: RuntimeLoop, lo: int, hi: int) -> np.ndarray:
-    """The consumers' busy spans in [lo, hi] (_busy), as one set."""
+    """The consumers' busy spans in [lo, hi] (_busy), as one set, less the
+    Python thread's time between its steps (_between_steps): no next() of a
+    step runs before the step is called."""
     spans = [_busy(tl, rl, g, lo, hi) for g in rl.consumers]
-    return ivl.union(np.concatenate(spans)) if spans else ivl.EMPTY.copy()
+    if not spans:
+        return ivl.EMPTY.copy()
+    return ivl.subtract(ivl.union(np.concatenate(spans)), _between_steps(tl, rl, lo, hi))
+
+
+def _between_steps(tl, rl: RuntimeLoop, lo: int, hi: int) -> np.ndarray:
+    """The Python thread's time between its steps: from each wake-up by the
+    runtime or a consumer (a step's end) to its next block (the next step
+    called). A consumer that found the next next() before it ever waited for
+    work (preempted, not parked, while the Python thread ran its callbacks)
+    shows no hand-over, and its busy span would run over the time between."""
+    off = tl.offcpu(rl.tid, lo, hi)
+    woke = (off["wake"] >= 0) & np.isin(off["waker"], rl.runtime + rl.consumers)
+    blocks = off["ts_ns"][off["wake"] >= 0]
+    starts = (off["ts_ns"] + off["wake"])[woke]
+    nxt = np.searchsorted(blocks, starts, side="right")
+    ends = np.where(nxt < len(blocks), blocks[np.minimum(nxt, len(blocks) - 1)], hi)
+    return ivl.union(ivl.as_iv(starts, ends))
 
 
 def _busy(tl, rl: RuntimeLoop, g: int, lo: int, hi: int) -> np.ndarray:
@@ -178,13 +197,22 @@ def _busy(tl, rl: RuntimeLoop, g: int, lo: int, hi: int) -> np.ndarray:
         back.append((o["ts_ns"] + o["wake"])[m])
     back = np.sort(np.concatenate(back))
     starts, idle_from = np.sort(starts), np.sort(idle_from)
-    # busy span i: starts[i] to the next idle start after it, cut at its last hand-back
+    # busy span i: starts[i] to the next idle start after it, cut at its first
+    # hand-back after its last wait for the producers (the batch in hand: the
+    # op's done callback wakes the runtime's threads in a burst of a millisecond
+    # or so, preempted by them on a busy machine), or its last hand-back
     nxt = np.searchsorted(idle_from, starts, side="right")
     ends = np.where(nxt < len(idle_from), idle_from[np.minimum(nxt, len(idle_from) - 1)], hi)
     if len(back):
         j = np.searchsorted(back, ends, side="right") - 1
         last = back[np.maximum(j, 0)]
-        ends = np.where((j >= 0) & (last > starts), last, ends)
+        handed = (j >= 0) & (last > starts)
+        fed = np.sort((off["ts_ns"] + off["wake"])[(off["wake"] >= 0) & ~idle])
+        k = np.searchsorted(fed, ends, side="left") - 1
+        after = np.where((k >= 0) & (fed[np.maximum(k, 0)] > starts),
+                         fed[np.maximum(k, 0)], starts)
+        first = back[np.minimum(np.searchsorted(back, after, side="left"), len(back) - 1)]
+        ends = np.where(handed, np.where((first > after) & (first <= last), first, last), ends)
     keep = ends > starts
     return ivl.clip(ivl.union(np.stack([starts[keep], ends[keep]], axis=1)), lo, hi)
 
