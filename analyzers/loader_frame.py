@@ -243,13 +243,19 @@ def _attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray
 
 
 def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY,
-                end: Optional[int] = None, rest_only: bool = False) -> np.ndarray:
+                end: Optional[int] = None, rest_only: bool = False,
+                sleeps: np.ndarray = ivl.EMPTY) -> np.ndarray:
     """Intervals the loop thread spent in the frame: the waits the kernel saw
     (`known`, exact), and more time from the loop's samples, from its first
     entry to `end`: as much as their share in the frame says in all, or
     (rest_only) the share of the samples outside `known` that are in the
     frame, of the time outside it. Laid out on the runs of samples in the
-    frame outside `known` (see the module docstring)."""
+    frame outside `known` (see the module docstring). The loop's sleep calls
+    (`sleeps`) are out of the frame where its samples in them mostly are (a
+    compute emulated as a sleep, DLIO's): known time outside it, which the
+    extra time neither counts nor spans (one sample in the frame between two
+    of the kernel's waits 10 ms apart got the whole gap, and 5 steps' waits
+    and the sleeps between them were one)."""
     ts, inside = _attempts(con, tid, frame)
     kw = ivl.union(known) if len(known) else ivl.EMPTY.copy()
     if len(ts) < 2 or not inside.any():
@@ -261,21 +267,27 @@ def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY
     span &= ts < hi
     if hi <= lo or not span.any():
         return kw
-    out = ~ivl.covered(kw, ts) if len(kw) else np.ones(len(ts), dtype=bool)
+    away = _sleeps_outside(ts, inside, ivl.subtract(ivl.union(sleeps), kw) if len(sleeps)
+                           else ivl.EMPTY.copy())
+    gone = ivl.union(np.concatenate([kw, away]))        # time the samples do not share
+    out = ~ivl.covered(gone, ts) if len(gone) else np.ones(len(ts), dtype=bool)
     k_in = ivl.total(ivl.clip(kw, lo, hi))
+    a_in = ivl.total(ivl.clip(away, lo, hi))
     if rest_only:
         rest = span & out
-        extra = inside[rest].mean() * (hi - lo - k_in) if rest.any() else 0.0
+        extra = inside[rest].mean() * (hi - lo - k_in - a_in) if rest.any() else 0.0
     else:
-        extra = inside[span].mean() * (hi - lo) - k_in
+        free = span & ~ivl.covered(away, ts) if len(away) else span
+        extra = inside[free].mean() * (hi - lo - a_in) - k_in if free.any() else 0.0
     mine = inside & out & span
     if extra <= 0 or not mine.any():
         return kw
-    # the rest in R-time (the kernel's waits taken out), each sample of a run
-    # outside them given an equal part of the extra time, centred on its run
+    # the rest in R-time (the kernel's waits and the sleeps taken out), each
+    # sample of a run outside them given an equal part of the extra time,
+    # centred on its run
     ts, inside = ts[out], inside[out] & span[out]
-    ks, ke = (kw[:, 0], kw[:, 1]) if len(kw) else (np.zeros(0, np.int64),) * 2
-    before = np.concatenate(([0], np.cumsum(ke - ks)))       # K-time before each piece
+    ks, ke = (gone[:, 0], gone[:, 1]) if len(gone) else (np.zeros(0, np.int64),) * 2
+    before = np.concatenate(([0], np.cumsum(ke - ks)))       # time taken out before each piece
     r = ts - before[np.searchsorted(ke, ts, side="right")]
     each = extra / int(mine.sum())
     enter = np.flatnonzero(inside & ~np.concatenate(([False], inside[:-1])))
@@ -287,7 +299,20 @@ def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY
 
     def real(x):
         return x + before[np.searchsorted(rstart, x, side="right")]
-    return ivl.union(np.concatenate([kw, ivl.as_iv(real(a), real(b))]))
+    laid = ivl.union(ivl.as_iv(real(a), real(b)))
+    return ivl.union(np.concatenate([kw, ivl.subtract(laid, away)]))
+
+
+def _sleeps_outside(ts: np.ndarray, inside: np.ndarray, sleeps: np.ndarray) -> np.ndarray:
+    """The sleeps, where the loop's samples in them are mostly outside the
+    frame (at least 3 of them); none otherwise (a loader that polls with
+    sleeps sleeps in its next())."""
+    if len(sleeps) == 0:
+        return sleeps
+    hit = ivl.covered(sleeps, ts)
+    if hit.sum() < 3 or inside[hit].mean() >= 0.5:
+        return ivl.EMPTY.copy()
+    return sleeps
 
 
 def _loop_caller(con, tid: int, frame: LoaderFrame):

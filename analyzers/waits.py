@@ -754,16 +754,21 @@ def create_file_sets(con) -> None:
                    group by file_id having sum(nbytes) >= 1048576""")
 
 
-def _in_loader(con, lp: Loop, t0: int, t1: int, th: dict, override: Optional[str]) -> None:
+def _in_loader(con, tl: Timelines, lp: Loop, t0: int, t1: int, th: dict,
+               override: Optional[str]) -> None:
     """With Python stacks: the loop's loader frame, and its data waits widened
-    to the time it spent in that frame (loader_frame.py)."""
+    to the time it spent in that frame (loader_frame.py), its sleep calls
+    told apart by its samples in them."""
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, th, override)
     if lp.loader:
         lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
             lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
+        c = tl.calls(lp.tid, t0, t1)
+        sl = c["sleep_op"]
         inside = loader_frame.time_inside(con, lp.tid, lp.loader, lp.kernel_waits, lp.end_ns,
-                                          rest_only=lp.how != "self-loading")
+                                          rest_only=lp.how != "self-loading",
+                                          sleeps=ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]))
         lp.episodes = ivl.clip(ivl.union(inside, int(th["merge_gap_ms"] * 1e6)), t0, t1)
 
 
@@ -886,7 +891,7 @@ def analyse(con, th: dict, t0: int, t1: int,
             continue
         lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
         if stacks and lp.how != "checkpoint-only":
-            _in_loader(con, lp, t0, t1, th, loader_override)
+            _in_loader(con, tl, lp, t0, t1, th, loader_override)
     source = "option"
     if window is None:
         window = detect_window(loops, t0, t1, con)

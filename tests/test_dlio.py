@@ -145,8 +145,10 @@ def test_dlio_loading_in_its_loop(tmp_path, data):
     share of stack samples in it: over 4 epochs at 100 Hz (~400 samples, a
     23% share) its noise is 2.1 AU points (one sigma), and 1 run in 3 was
     5.6 points off; 10 epochs at 200 Hz (~2000 samples) make it 0.9. The
-    ground truth is DLIO's own clock around next() (dlio_own_au); its
-    headline AU is held to 4 points (1.2 lower by definition)."""
+    ground truth is DLIO's own clock around next() (dlio_own_au). Its
+    headline AU is lower by definition (its nominal compute over its time:
+    its per-step bookkeeping is neither), by 1.2 to 2.9 points in these
+    runs: iotrace is held to 3 points below it at most."""
     warm(data)
     m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05",
                        "++workload.reader.read_threads=0", "++workload.train.epochs=10",
@@ -157,7 +159,8 @@ def test_dlio_loading_in_its_loop(tmp_path, data):
     print(f"AU without the first step: DLIO {theirs:.1%} by its clock around next() "
           f"({headline:.1%} its headline), iotrace {ours:.1%}")
     assert ours == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
-    assert ours == pytest.approx(headline, abs=0.04), (headline, v["summary"])
+    assert headline <= theirs + 0.005, (headline, theirs)
+    assert ours >= headline - 0.03, (headline, v["summary"])
     assert v["loops"][0]["how"] == "self-loading"
     assert v["loops"][0]["loader_frame"]["what"] == "PyTorch DataLoader"
     assert max(v["stall"], key=v["stall"].get) == "loop_cpu", v["stall"]
