@@ -188,7 +188,7 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
                 elif kind == "N":
                     refused[p[1]] = p[2]
                 elif kind == "Z":
-                    end = [int(x) for x in p[1:6]]
+                    end = [int(x) for x in p[1:7]]
                 elif kind not in ("X", "T"):
                     bad += 1
             except (IndexError, ValueError):
@@ -209,5 +209,6 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
                   "complete": end is not None}
     if end:
         info.update(read_errors=end[1], late_ticks=end[2], ticks=end[3],
-                    read_retries=end[4] if len(end) > 4 else None)
+                    read_retries=end[4] if len(end) > 4 else None,
+                    torn_retries=end[5] if len(end) > 5 else None)
     return (pa.table(cols, schema=SAMPLES_SCHEMA), pa.table(fcols, schema=FRAMES_SCHEMA), info)
