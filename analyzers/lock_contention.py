@@ -365,15 +365,17 @@ def idle_waits(ctx: Context, threads: list[IoThread]) -> dict[int, int]:
     their process's window."""
     if not ctx.stacks or not threads:
         return {}
+    lock_evidence.create_native_threads(ctx.con)
     waits = np.array(ctx.rows(f"""
-        select e.tid, e.ts_ns, e.ts_ns + e.dur_ns, w.w0, w.w1, e.pid, e.arg - e.arg % 64
+        select e.tid, e.ts_ns, e.ts_ns + e.dur_ns, w.w0, w.w1, e.pid, e.arg - e.arg % 64,
+               case when {lock_evidence.event_wait_sql("e.")} then 1 else 0 end
         from events e
         join (values {", ".join(f"({t.tid}, {t.w0}, {t.w1})" for t in threads)}) as w(tid, w0, w1)
           on e.tid = w.tid
         where e.op = 'futex' and e.ts_ns < w.w1 and e.ts_ns + e.dur_ns > w.w0"""),
-                     dtype=np.int64).reshape(-1, 7)
-    # a lock: its process and futex line
-    idle = lock_evidence.idle_waits(ctx.con, waits[:, :3], waits[:, 5:7])
+                     dtype=np.int64).reshape(-1, 8)
+    # a lock: its process and futex line; a native thread's condition variable: an event
+    idle = lock_evidence.idle_waits(ctx.con, waits[:, :3], waits[:, 5:7]) | (waits[:, 7] == 1)
     if not idle.any():
         return {}
     w = waits[idle]

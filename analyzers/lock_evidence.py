@@ -10,8 +10,9 @@ contending. From the thread's samples during each wait:
     `_worker`, multiprocessing's `worker`: their queue's get is C code);
   - HDF5: a sample with a frame of h5py (its calls hold HDF5's global lock).
 A wait is idle when most of its samples are; waits too short to be sampled
-count as they are. Without stacks (not Python, or --py-stacks 0) nothing
-is decided here.
+count as they are. A thread that runs no Python has no samples: its
+condition-variable waits are idle (event_wait_sql). Without stacks (not
+Python, or --py-stacks 0) nothing is decided here.
 """
 from __future__ import annotations
 
@@ -23,6 +24,35 @@ EVENT_WAITS = ("Condition.wait", "Event.wait", "Barrier.wait")
 POOL_LOOPS = (("concurrent/futures/thread.py", "_worker"), ("multiprocessing/pool.py", "worker"))
 HDF5_FRAMES = "/h5py/"
 NOTHING_SEEN = {"samples": 0, "hdf5_share": 0.0, "top": []}    # in_waits, without samples
+
+
+# A wait for an event, not a lock, without stacks to show it: a condition
+# variable's or a semaphore's futex wait (FUTEX_WAIT_BITSET, as glibc's
+# pthread_cond_wait and sem_wait make them; a contended pthread mutex waits
+# with FUTEX_WAIT) of a thread that runs no Python (native_threads): a
+# native pool's threads waiting for work, TensorFlow's among them. CPython's
+# own locks and GIL wait that way too, so a Python thread's waits are not
+# decided by the op.
+FUTEX_WAIT_BITSET = 9
+
+
+def event_wait_sql(e: str = "") -> str:
+    """SQL on an events row (alias e, with its dot: "e."): a native thread's
+    wait for an event, as above."""
+    return (f"{e}op = 'futex' and {e}flags % 128 = {FUTEX_WAIT_BITSET} "
+            f"and {e}tid in (select tid from native_threads)")
+
+
+def create_native_threads(con) -> None:
+    """native_threads: the threads that run no Python, of the processes whose
+    Python stacks were sampled with OS thread ids (CPython 3.11+): none of
+    their samples has a Python frame. Elsewhere (no stacks, an older CPython,
+    a process that is not Python) no thread is known to be one."""
+    con.execute("""create or replace temp table native_threads as
+                   select tid from threads
+                   where pid in (select pid from pystacks where stack_id >= 0
+                                 group by pid having min(tid) > 0)
+                     and tid not in (select tid from pystacks where stack_id >= 0)""")
 
 
 def _classes(con, sids: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -33,7 +33,7 @@ from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, RE
                          RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
 
 from . import intervals as ivl
-from . import loader_frame, runtime_steps
+from . import loader_frame, lock_evidence, runtime_steps
 from .loader_frame import LoaderFrame
 from .runtime_steps import RuntimeLoop
 from .views import mem_available, register_columns
@@ -305,7 +305,10 @@ FILE_FLAGS = {"is_data": "data_files", "is_ckpt": "ckpt_files"}
 # a unix-domain socket (its family is the call's mode): the one use of the
 # mode, so a bit rather than a fetched column
 UNIX_FLAG = "is_unix"
-FLAG_BIT = {k: 1 << i for i, k in enumerate([*CALL_FLAGS, *KIND_FLAGS, *FILE_FLAGS, UNIX_FLAG])}
+# a native thread's wait for an event, not a lock (lock_evidence.event_wait_sql)
+EVENT_FLAG = "is_event_wait"
+FLAG_BIT = {k: 1 << i for i, k in enumerate([*CALL_FLAGS, *KIND_FLAGS, *FILE_FLAGS, UNIX_FLAG,
+                                             EVENT_FLAG])}
 NO_COST = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
@@ -323,7 +326,8 @@ def _flags_sql() -> str:
                            "else 0 end" for k, t in FILE_FLAGS.items())
     unix_bit = (f"case when fd_kind = 'socket' and mode = {AF_UNIX} "
                 f"then {FLAG_BIT[UNIX_FLAG]} else 0 end")
-    return f"({op_bits}) + ({kind_bits}) + {file_bits} + {unix_bit}"
+    event_bit = f"case when {lock_evidence.event_wait_sql()} then {FLAG_BIT[EVENT_FLAG]} else 0 end"
+    return f"({op_bits}) + ({kind_bits}) + {file_bits} + {unix_bit} + {event_bit}"
 
 
 class Timelines:
@@ -564,6 +568,10 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
     off = tl.offcpu(tid, lo, hi)
     runnable = _runnable(off)
     contention = _blocked(off, readers - {tid}) if tid in readers else ivl.EMPTY
+    ev = c[EVENT_FLAG]
+    if len(contention) and ev.any():     # readers handing work on through condition variables
+        contention = ivl.subtract(ivl.union(contention),
+                                  ivl.union(ivl.as_iv(c["ts_ns"][ev], c["end_ns"][ev])))
     blocked = _blocked(off)
     fetch = (c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"]) & ~c["async_op"]
     # io_uring and libaio requests in flight are a fetch only while the thread
@@ -597,6 +605,15 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
         ok = (i >= 0) & (s < c["end_ns"][np.maximum(i, 0)])
         cts[ok] = c["ts_ns"][i[ok]]
     return s, e, label, cts
+
+
+def _relays(tl: Timelines, tid: int, lo: int, hi: int) -> bool:
+    """Whether a producer thread that reads no data relays batches: it reads
+    a pipe or socket (a pin-memory thread taking the workers' batches). Its
+    time on CPU is then transfer; that of one that does not (tf.data's
+    map threads, decoding what its reader threads read) is prep."""
+    c = tl.calls(tid, lo, hi)
+    return bool((c["loader_op"] & (c["is_pipe"] | c["is_socket"])).any())
 
 
 def _col(labels: np.ndarray) -> np.ndarray:
@@ -665,7 +682,8 @@ def stall_causes(tl: Timelines, loop: Loop, eps: np.ndarray, readers: set):
     per[:, transfer] += ep_len - run_ep - blk_ep
     segs = []
     for tid in loop.producers:
-        s, e, lab, cts = _paint_producer(tl, tid, eps, readers, tid not in readers)
+        s, e, lab, cts = _paint_producer(tl, tid, eps, readers,
+                                         tid not in readers and _relays(tl, tid, lo, hi))
         act = lab != IDLE
         segs.append((np.full(act.sum(), tid), s[act], e[act], lab[act], cts[act]))
     if not segs:
@@ -749,6 +767,7 @@ def create_file_sets(con) -> None:
                    union all
                    select tid, end_ns as ts_ns, next_ts as end_ns, true as backoff from g
                    where not ok and next_ts > end_ns""")
+    lock_evidence.create_native_threads(con)
     con.execute("""create or replace temp table ckpt_files as
                    select file_id from all_data_io where dir = 'write'
                    group by file_id having sum(nbytes) >= 1048576""")

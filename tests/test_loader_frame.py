@@ -55,7 +55,15 @@ def run(tmp_path, script, *args, report_kw=None, rate=None):
     print(f"{script} {' '.join(map(str, args[1:]))}: own AU {truth['au']:.1%} over "
           f"{truth['loop_window_s']:.1f} s, iotrace {report.verdict['accelerator_utilization']:.1%}"
           f", kernel only {kernel.verdict['accelerator_utilization']:.1%}")
+    report.verdict["findings"] = {f.id: f.severity for f in report.findings}   # for the tests
     return truth, report.verdict
+
+
+def no_lock_contention(v):
+    """TensorFlow's native pool threads wait for work on condition variables
+    (FUTEX_WAIT_BITSET): not lock contention. Once a HIGH finding "on h5py's
+    global lock" (98% of their time), because Keras loads h5py."""
+    assert v["findings"].get("lock-contention", "info") == "info", v["findings"]
 
 
 def check_au(truth, v):
@@ -152,6 +160,7 @@ def test_tf_data_custom_loop(tmp_path, tfrecords, args):
     # the window ends with the loop's last step, not a guess past it
     spans = truth["wait_spans_ns"]
     assert abs(v["training_window"]["end_ns"] - spans[-1][1]) < 0.1e9, v["training_window"]
+    no_lock_contention(v)
 
 
 @pytest.mark.parametrize("args", [
@@ -182,9 +191,14 @@ def test_tf_data_model_fit(tmp_path, tfrecords, args):
     end = truth["step_spans_ns"][-1][1]
     assert abs(v["training_window"]["end_ns"] - end) < 0.02e9, (v["training_window"], end)
     # the input-bound one is prep-bound: one decoder thread, and no storage
-    # wait (the shards are in the page cache)
+    # wait (the shards are in the page cache): the decoder, which reads no
+    # file and relays nothing, is prep (it was "other" 41%: tf.data's
+    # threads handing work on through condition variables were taken for
+    # lock contention)
     if truth["au"] < 0.6:
         assert v["status"] == "io-bound", v["summary"]
         assert v["stall"]["fetch"] < 0.1, v["stall"]
+        assert max(v["stall"], key=v["stall"].get) == "prep", v["stall"]
     else:
         assert v["status"] == "not-io-bound", v["summary"]
+    no_lock_contention(v)
