@@ -609,11 +609,12 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
 
 def _relays(tl: Timelines, tid: int, lo: int, hi: int) -> bool:
     """Whether a producer thread that reads no data relays batches: it reads
-    a pipe or socket (a pin-memory thread taking the workers' batches). Its
-    time on CPU is then transfer; that of one that does not (tf.data's
-    map threads, decoding what its reader threads read) is prep."""
+    or writes a pipe or socket (a pin-memory thread taking the workers'
+    batches, a queue's feeder thread pickling them into its pipe). Its time
+    on CPU is then transfer; that of one that does not (tf.data's map
+    threads, decoding what its reader threads read) is prep."""
     c = tl.calls(tid, lo, hi)
-    return bool((c["loader_op"] & (c["is_pipe"] | c["is_socket"])).any())
+    return bool(((c["loader_op"] | c["xfer_op"]) & (c["is_pipe"] | c["is_socket"])).any())
 
 
 def _col(labels: np.ndarray) -> np.ndarray:
