@@ -360,15 +360,15 @@ def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
     return int(ts[np.flatnonzero(on)[-1]] + per // 2)
 
 
-def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
-                  frame: Optional[LoaderFrame] = None, limit: int = 5) -> list[dict]:
-    """The innermost Python function of the threads' samples on CPU, inside
-    the intervals `within` and/or with `frame` on their stack, by share of
-    those samples."""
+def on_cpu_stacks(con, tids: list[int], within: Optional[np.ndarray] = None,
+                  frame: Optional[LoaderFrame] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(stack ids, samples of each) of the threads' samples on CPU, inside
+    the intervals `within` and/or with `frame` on their stack."""
+    none = np.zeros(0, dtype=np.int64)
     if not tids:
-        return []
-    r = con.execute(f"""select ts_ns, stack_id from pystacks
-                        where tid in ({",".join(map(str, tids))}) and on_cpu""").fetchnumpy()
+        return none, none
+    r = con.execute(f"""select ts_ns, stack_id from pystacks where stack_id >= 0
+                        and tid in ({",".join(map(str, tids))}) and on_cpu""").fetchnumpy()
     ts = np.asarray(r["ts_ns"], dtype=np.int64)
     sids = np.asarray(r["stack_id"], dtype=np.int64)
     keep = np.ones(len(ts), dtype=bool)
@@ -377,8 +377,18 @@ def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
     if frame is not None:
         keep &= _stacks_with(con, frame.file, frame.function, sids)
     if not keep.any():
+        return none, none
+    return np.unique(sids[keep], return_counts=True)
+
+
+def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
+                  frame: Optional[LoaderFrame] = None, limit: int = 5) -> list[dict]:
+    """The innermost Python function of the threads' samples on CPU, inside
+    the intervals `within` and/or with `frame` on their stack, by share of
+    those samples."""
+    u, n = on_cpu_stacks(con, tids, within, frame)
+    if len(u) == 0:
         return []
-    u, n = np.unique(sids[keep], return_counts=True)
     register_columns(con, "_tf_sid", {"sid": u, "n": n})
     rows = con.execute("""with leaf as (
             select stack_id, arg_max(function, depth) as function, arg_max(file, depth) as file
@@ -386,6 +396,6 @@ def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
         select function, file, sum(n)::bigint from leaf join _tf_sid on sid = stack_id
         group by all order by 3 desc, 1 limit ?""", [limit]).fetchall()
     con.unregister("_tf_sid")
-    total = int(keep.sum())
+    total = int(n.sum())
     return [{"function": fn, "file": "/".join(f.split("/")[-3:]), "samples": int(k),
              "share": round(k / total, 4)} for fn, f, k in rows]

@@ -33,7 +33,7 @@ from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, RE
                          RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
 
 from . import intervals as ivl
-from . import loader_frame, lock_evidence, runtime_steps
+from . import folded_stacks, loader_frame, lock_evidence, runtime_steps
 from .loader_frame import LoaderFrame
 from .runtime_steps import RuntimeLoop
 from .views import mem_available, register_columns
@@ -989,18 +989,21 @@ def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
                 "data_wait_kernel_s": round(kernel, 6),
                 "step_runner": {"what": rl.what, "runtime_tids": rl.runtime,
                                 "consumer_tids": rl.consumers},
-                "prep_top": loader_frame.top_functions(con, lp.producers, eps)}
+                "prep_top": loader_frame.top_functions(con, lp.producers, eps),
+                "prep_stacks": folded_stacks.folded(con, lp.producers, eps)}
     if lp.loader is None:
         return {"loader_frame": None, "loader_frame_why": lp.loader_why or None,
                 "data_wait_kernel_s": round(kernel, 6)}
     side = [t for t in lp.producers if t != lp.tid]
+    span = np.array([[lo, hi]], dtype=np.int64)
     return {"loader_frame": {"function": lp.loader.function, "file": lp.loader.file,
                              "source": lp.loader.source, "what": lp.loader.what or None,
                              "entries_seen": lp.loader.runs},
             "data_wait_kernel_s": round(kernel, 6),
-            "loop_cpu_top": loader_frame.top_functions(
-                con, [lp.tid], np.array([[lo, hi]], dtype=np.int64), lp.loader),
-            "prep_top": loader_frame.top_functions(con, side, eps)}
+            "loop_cpu_top": loader_frame.top_functions(con, [lp.tid], span, lp.loader),
+            "prep_top": loader_frame.top_functions(con, side, eps),
+            "loop_cpu_stacks": folded_stacks.folded(con, [lp.tid], span, lp.loader),
+            "prep_stacks": folded_stacks.folded(con, side, eps)}
 
 
 def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tuple[int, int]]:

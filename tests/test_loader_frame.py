@@ -95,12 +95,31 @@ def test_torchvision_jpegs_num_workers_0(tmp_path, jpegs):
     files = " ".join(f["file"] for f in lp["loop_cpu_top"])
     assert "PIL/" in files, lp["loop_cpu_top"]
     assert "In the loop: " in v["summary"]
+    # the same samples' whole stacks, folded: each passes through the loader's
+    # next(), and their leaves count what loop_cpu_top counts
+    # (the 200 most frequent stacks are kept: all of them, or nearly)
+    fold = lp["loop_cpu_stacks"]
+    kept = sum(x["samples"] for x in fold["stacks"])
+    assert 0.95 * fold["samples"] <= kept <= fold["samples"], (kept, fold["samples"])
+    assert all("_BaseDataLoaderIter.__next__ (data/dataloader.py)" in x["stack"]
+               for x in fold["stacks"]), fold["stacks"][:3]
+    top = lp["loop_cpu_top"][0]
+    leaf = f"{top['function']} ({'/'.join(top['file'].split('/')[-2:])})"
+    at_leaf = sum(x["samples"] for x in fold["stacks"] if x["stack"].rsplit(";", 1)[-1] == leaf)
+    assert at_leaf <= top["samples"] and (at_leaf == top["samples"] or kept < fold["samples"]), \
+        (leaf, top, at_leaf)
 
 
 def test_torchvision_jpegs_2_workers(tmp_path, jpegs):
     truth, v = run(tmp_path, "jpeg_train.py", jpegs, "--workers", "2", "--epochs", "3")
     check_au(truth, v)
     assert v["loops"][0]["how"] == "worker-processes"
+    # the workers' decoding, whole stacks: through the DataLoader's worker loop into PIL
+    fold = v["loops"][0]["prep_stacks"]
+    assert fold["samples"] > 0
+    pil = sum(x["samples"] for x in fold["stacks"]
+              if "_worker_loop (data/_utils/worker.py)" in x["stack"] and "(PIL/" in x["stack"])
+    assert pil >= 0.3 * fold["samples"], fold["stacks"][:5]
 
 
 def test_own_generator_found_from_the_data(tmp_path, npys):

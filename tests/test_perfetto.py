@@ -270,7 +270,8 @@ def test_real_trace(tmp_path):
     life = t.con.execute(f"select count(*) from events where op in "
                          f"{pf.sql_list(pf.LIFE_OPS)}").fetchone()[0]
     assert stats["merged_calls"] == 0
-    calls = [s for s in r["slices"] if r["desc"][s[0]].name not in ("phases", "training loop")]
+    calls = [s for s in r["slices"]
+             if r["desc"][s[0]].name not in ("phases", "training loop", pf.STACK_TRACK)]
     assert len(calls) + life == t.meta["events"] == stats["events"]
     proc_tracks = [i for i in r["instants"] if r["desc"][i[0]].HasField("process")]
     assert len(proc_tracks) == life
@@ -285,6 +286,48 @@ def test_real_trace(tmp_path):
     read = counter_bytes(r["counters"][r["by_name"]["job: file read MB/s"]])
     assert read == pytest.approx(file_bytes(t, READS), rel=1e-6)
     assert read >= 64 * 16384
+
+
+SPINS = r'''
+import json, sys, time
+def spin(s):
+    end = time.monotonic() + s
+    while time.monotonic() < end:
+        pass
+def spin_a(): spin(0.4)
+def spin_b(): spin(0.3)
+def main():
+    out = {}
+    for f in (spin_a, spin_b, spin_a):
+        t = time.monotonic_ns(); f(); out.setdefault(f.__name__, []).append((t, time.monotonic_ns()))
+    json.dump(out, open(sys.argv[1], "w"))
+main()
+'''
+
+
+@needs_root()
+def test_python_stack_track(tmp_path):
+    """The Python stack samples as nested slices on a child track of their
+    thread: each call of spin_a and spin_b (busy 0.4 and 0.3 s, timed by the
+    script's own clock) is one slice named by its function under main(),
+    its edges within two sampling intervals of the script's."""
+    (tmp_path / "w.py").write_text(SPINS)
+    proc, t = trace_run(tmp_path / "trace", sys.executable, str(tmp_path / "w.py"),
+                        str(tmp_path / "truth.json"))
+    assert proc.returncode == 0, proc.stderr
+    truth = __import__("json").loads((tmp_path / "truth.json").read_text())
+    stats = export_perfetto(tmp_path / "trace", tmp_path / "s.pftrace")
+    r = check(decode(tmp_path / "s.pftrace"))
+    stack = [x for x in r["slices"] if r["desc"][x[0]].name == pf.STACK_TRACK]
+    assert stats["stack_slices"] == len(stack) > 0 and stats["stack_depth_cut"] is None
+    tol = 2 * 1e9 / t.meta["py_stacks"]["rate_hz"]
+    for fn in ("spin_a", "spin_b"):
+        got = sorted((a, b) for _, name, a, b, _ in stack if name.startswith(f"{fn} (w.py)"))
+        assert len(got) == len(truth[fn]), (fn, got)
+        for (a, b), (ta, tb) in zip(got, sorted(truth[fn])):
+            assert abs(a - ta) < tol and abs(b - tb) < tol, (fn, a - ta, b - tb)
+    mains = [x for x in stack if x[1].startswith("main (w.py)")]
+    assert len(mains) == 1 and mains[0][2] <= min(a for a, _ in truth["spin_a"])
 
 
 def test_trace_processor_counts(synthetic, tmp_path):

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from iotrace.analyzers.base import severity_rank
 from iotrace.analyzers.rates import human_bytes, human_rate
 from iotrace.analyzers.views import DATA_FILE_IDS_SQL, READ_OPS, WRITE_OPS, sql_list
+from iotrace.viewers.flamegraph import flame_svg
 
 from .common import fmt_key, fmt_value, rel_time
 
@@ -140,6 +141,9 @@ figure.wide { grid-column: 1 / -1; }
 figure svg { display: block; width: 100%; height: auto; }
 figure svg * { stroke-linejoin: round; stroke-linecap: butt; }
 figcaption { color: var(--dim); font-size: 0.85em; margin-top: 4px; }
+.flames figure { margin-top: 10px; }
+svg.flame text { fill: #1d2329; pointer-events: none; }
+svg.flame rect:hover { stroke: #1d2329; stroke-width: 1; }
 figure .empty { padding: 40px 0; text-align: center; color: var(--dim); }
 footer { margin-top: 30px; color: var(--dim); font-size: 0.8em; }
 @media (max-width: 760px) { .plots { grid-template-columns: minmax(0, 1fr); } }
@@ -181,6 +185,7 @@ def render_html(report, trace) -> str:
     # verdict, the findings at a glance, the plots, then each finding in full
     anchors = _anchors(findings)
     out += _verdict(v, label, cls, meta)
+    out += _flames(v)
     out += _overview(findings, anchors)
     if report.errors:
         out.append('<section class="card errors"><h3>Rules that failed</h3><ul>')
@@ -246,6 +251,29 @@ def _verdict(v, label, cls, meta) -> list[str]:
             f'<span>{e(k)}: <span class="mono">{e(val)}</span></span>' for k, val in info)
             + "</div>")
     out.append("</section>")
+    return out
+
+
+def _flames(v) -> list[str]:
+    """Flame graphs of what ran on CPU while the loop waited for data (from
+    its Python stacks): the loop inside its loader's next(), and its
+    producers; one card per loop that has either."""
+    out = []
+    for lp in (v.get("loops") or [])[:4]:
+        figs = []
+        for key, what in (("loop_cpu_stacks", "The loop on CPU inside its loader's next()"),
+                          ("prep_stacks", "Its producers on CPU while it waited")):
+            fold = lp.get(key) or {}
+            svg = flame_svg(fold, what)
+            if svg:
+                figs.append(f'<figure class="wide">{svg}<figcaption>{e(what)}: '
+                            f'{fold["samples"]:,} samples of Python stacks, the outermost '
+                            "frame at the top, each frame as wide as its share; hover a "
+                            "frame for its numbers.</figcaption></figure>")
+        if figs:
+            who = f"thread {lp.get('tid')} '{lp.get('thread', '')}' of pid {lp.get('pid')}"
+            out += [f'<section class="card flames"><h3>Where the data wait went: {e(who)}</h3>',
+                    *figs, "</section>"]
     return out
 
 

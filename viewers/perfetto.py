@@ -695,6 +695,7 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             stats["findings"] += 1
         small += _loop_tracks(report, describe, thread_track, uuids, stats)
         small += _request_tracks(con, describe, uuids, stats)
+        small += _stack_tracks(con, describe, thread_track, uuids, stats)
 
         # Every track is described before any event, then batches of slices.
         out.write(b"".join(descriptors))
@@ -1166,6 +1167,86 @@ def _loop_tracks(report, describe, thread_track, uuids, stats) -> list[bytes]:
                            _fb(F.TRACK_EVENT, te)))
         stats["loop_flows"] += 1
     return out
+
+
+STACK_TRACK = "Python stack (sampled)"
+MAX_STACK_SLICES = 500_000      # of all threads; beyond, the deepest frames go first
+GAP_SAMPLES = 5                 # a gap of more sampling intervals than this ends all frames
+
+
+def _stack_tracks(con, describe, thread_track, uuids, stats,
+                  max_slices: int = MAX_STACK_SLICES) -> list[bytes]:
+    """Per thread with Python stack samples, a child track "Python stack
+    (sampled)": its samples as nested slices, one per frame (outermost at
+    the top), from the first sample that frame is on the stack in to the
+    first it is not in (a sample stands for the time to the next one; where
+    the next is more than GAP_SAMPLES intervals away, or a read failed, the
+    frames end one interval after it). Times are as fine as the sampling:
+    10 ms at 100 Hz. Over max_slices in all, stacks are cut to the depth
+    that fits (stats: stack_slices, stack_depth_cut)."""
+    stats["stack_slices"], stats["stack_depth_cut"] = 0, None
+    r = con.execute("""select pid, tid, ts_ns, stack_id from pystacks where tid > 0
+                       order by tid, ts_ns""").fetchnumpy()
+    if len(r["ts_ns"]) == 0:
+        return []
+    frames: dict[int, list[str]] = {}
+    for sid, fn, f in con.execute("""select stack_id, function, file from pyframes
+                                     order by stack_id, depth""").fetchall():
+        frames.setdefault(int(sid), []).append(f"{fn} ({'/'.join(f.split('/')[-2:])})")
+    pid, tid = np.asarray(r["pid"]), np.asarray(r["tid"])
+    ts, sid = np.asarray(r["ts_ns"], np.int64), np.asarray(r["stack_id"], np.int64)
+    cuts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True])
+    runs = []           # per thread: (pid, tid, [(start, end, depth, name)])
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        t = ts[a:b]
+        per = int(np.median(np.diff(t))) if b - a > 1 else 10_000_000
+        open_: list[tuple[str, int]] = []       # (name, start)
+        out = []
+        for i in range(b - a):
+            st = frames.get(int(sid[a + i]), []) if sid[a + i] >= 0 else None
+            now = int(t[i])
+            prev_end = now
+            if i > 0 and (now - int(t[i - 1]) > GAP_SAMPLES * per or sid[a + i - 1] < 0):
+                prev_end = int(t[i - 1]) + per
+            if st is None:                      # a failed read: the state is unknown
+                st = []
+            keep = 0
+            if prev_end == now:
+                while keep < min(len(open_), len(st)) and open_[keep][0] == st[keep]:
+                    keep += 1
+            for d in range(len(open_) - 1, keep - 1, -1):
+                out.append((open_[d][1], min(prev_end, now), d, open_[d][0]))
+            open_ = open_[:keep] + [(name, now) for name in st[keep:]]
+        end = int(t[-1]) + per
+        for d in range(len(open_) - 1, -1, -1):
+            out.append((open_[d][1], end, d, open_[d][0]))
+        runs.append((int(pid[a]), int(tid[a]), out))
+    total = sum(len(o) for _, _, o in runs)
+    depth = None
+    if total > max_slices:              # the deepest frames go first
+        hist = np.bincount(np.array([d for _, _, o in runs for _, _, d, _ in o]))
+        fits = np.flatnonzero(np.cumsum(hist) <= max_slices)
+        depth = int(fits[-1]) + 1 if len(fits) else 0
+        stats["stack_depth_cut"] = depth
+    pkts: list[bytes] = []
+    for p, t_, out in runs:
+        if depth is not None:
+            out = [x for x in out if x[2] < depth]
+        if not out:
+            continue
+        u, seq = uuids.take(), uuids.take()
+        describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, thread_track(p, t_))
+                 + _fb(F.TD_NAME, STACK_TRACK))
+        # begins and ends in time order; at one instant ends (deepest first) before begins
+        marks = [(s_, 1, d, name) for s_, e_, d, name in out] + \
+                [(e_, 0, -d, "") for s_, e_, d, name in out]
+        for when, begin, _, name in sorted(marks):
+            te = (_fv(F.TE_TYPE, TYPE_SLICE_BEGIN) + _fv(F.TE_TRACK_UUID, u) + _fb(F.TE_NAME, name)
+                  if begin else _fv(F.TE_TYPE, TYPE_SLICE_END) + _fv(F.TE_TRACK_UUID, u))
+            pkts.append(_packet(_fv(F.TIMESTAMP, when), _fv(F.SEQ_ID, seq),
+                                _fb(F.TRACK_EVENT, te)))
+        stats["stack_slices"] += len(out)
+    return pkts
 
 
 def _finding_events(report, t0: int, t1: int) -> list:
