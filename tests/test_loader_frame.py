@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -114,12 +115,12 @@ def test_torchvision_jpegs_2_workers(tmp_path, jpegs):
     truth, v = run(tmp_path, "jpeg_train.py", jpegs, "--workers", "2", "--epochs", "3")
     check_au(truth, v)
     assert v["loops"][0]["how"] == "worker-processes"
-    # the workers' decoding, whole stacks: through the DataLoader's worker loop into PIL
-    fold = v["loops"][0]["prep_stacks"]
-    assert fold["samples"] > 0
-    pil = sum(x["samples"] for x in fold["stacks"]
-              if "_worker_loop (data/_utils/worker.py)" in x["stack"] and "(PIL/" in x["stack"])
-    assert pil >= 0.3 * fold["samples"], fold["stacks"][:5]
+    # the producers' samples on CPU during the waits, whole stacks: the same
+    # samples prep_top counts (few: the workers keep ahead, and the waits are
+    # mostly each epoch's start, the workers forking)
+    fold, top = v["loops"][0]["prep_stacks"], v["loops"][0]["prep_top"]
+    if fold["samples"]:
+        assert fold["samples"] == pytest.approx(top[0]["samples"] / top[0]["share"], rel=0.01)
 
 
 def test_own_generator_found_from_the_data(tmp_path, npys):
@@ -141,6 +142,36 @@ def test_loader_frame_option(tmp_path, npys):
                    report_kw={"loader_frame": "own_loader:batches"})
     check_au(truth, v)
     assert v["loops"][0]["loader_frame"]["source"] == "option"
+
+
+@pytest.fixture
+def cpu_neighbour():
+    """Two processes that spin on CPU (one a core of this 2-core machine),
+    not traced: another job on the same node."""
+    spin = "import time\nwhile True: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    yield
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("pipeline", ["jpegs-2-workers", "jpegs-num-workers-0", "tf-data"])
+def test_beside_a_cpu_bound_neighbour(tmp_path, jpegs, tfrecords, cpu_neighbour, pipeline):
+    """The same pipelines while another job keeps both CPUs busy: the loop
+    and its producers wait for CPUs (inside next() that is data wait, as the
+    loop's clock counts it), and the training window must still hold the
+    loop's steps, not cut them short."""
+    if pipeline == "tf-data":
+        truth, v = run(tmp_path, "tfdata_train.py", tfrecords, "--parallel", "2",
+                       "--steps", "300", rate=200)
+    else:
+        truth, v = run(tmp_path, "jpeg_train.py", jpegs, "--workers",
+                       "2" if pipeline == "jpegs-2-workers" else "0", "--epochs", "2", rate=200)
+    check_au(truth, v)
+    win = v["training_window"]
+    seen = (win["end_ns"] - win["start_ns"]) / 1e9
+    assert seen == pytest.approx(truth["loop_window_s"], rel=0.05), (win, truth["loop_window_s"])
 
 
 def test_a_script_that_only_loads(tmp_path, npys):

@@ -695,7 +695,8 @@ def export(trace, out_path, report=None, max_slices: int = MAX_SLICES,
             stats["findings"] += 1
         small += _loop_tracks(report, describe, thread_track, uuids, stats)
         small += _request_tracks(con, describe, uuids, stats)
-        small += _stack_tracks(con, describe, thread_track, uuids, stats)
+        small += _stack_tracks(con, describe, thread_track, uuids, stats,
+                               ((trace.meta or {}).get("py_stacks") or {}).get("rate_hz"))
 
         # Every track is described before any event, then batches of slices.
         out.write(b"".join(descriptors))
@@ -1171,22 +1172,28 @@ def _loop_tracks(report, describe, thread_track, uuids, stats) -> list[bytes]:
 
 STACK_TRACK = "Python stack (sampled)"
 MAX_STACK_SLICES = 500_000      # of all threads; beyond, the deepest frames go first
-GAP_SAMPLES = 5                 # a gap of more sampling intervals than this ends all frames
+# a gap of more mean sampling intervals than this, and of more than GAP_S,
+# ends all frames: the intervals are exponential (over 10 of them: 1 in
+# 20,000), and failed reads (of a thread running Python, up to a fifth of
+# them in a tight loop) make gaps of several
+GAP_SAMPLES, GAP_S = 10, 0.1
 
 
-def _stack_tracks(con, describe, thread_track, uuids, stats,
+def _stack_tracks(con, describe, thread_track, uuids, stats, rate_hz: Optional[float] = None,
                   max_slices: int = MAX_STACK_SLICES) -> list[bytes]:
     """Per thread with Python stack samples, a child track "Python stack
     (sampled)": its samples as nested slices, one per frame (outermost at
     the top), from the first sample that frame is on the stack in to the
     first it is not in (a sample stands for the time to the next one; where
-    the next is more than GAP_SAMPLES intervals away, or a read failed, the
-    frames end one interval after it). Times are as fine as the sampling:
+    the next is more than GAP_SAMPLES mean intervals and GAP_S away, the
+    frames end one interval after it; a failed read is no sample). Times are as fine as the sampling:
     10 ms at 100 Hz. Over max_slices in all, stacks are cut to the depth
     that fits (stats: stack_slices, stack_depth_cut)."""
     stats["stack_slices"], stats["stack_depth_cut"] = 0, None
-    r = con.execute("""select pid, tid, ts_ns, stack_id from pystacks where tid > 0
-                       order by tid, ts_ns""").fetchnumpy()
+    # a failed read is no sample: the state then is unknown, and the frames
+    # on either side of it are taken to go on (a gap too long ends them)
+    r = con.execute("""select pid, tid, ts_ns, stack_id from pystacks
+                       where tid > 0 and stack_id >= 0 order by tid, ts_ns""").fetchnumpy()
     if len(r["ts_ns"]) == 0:
         return []
     frames: dict[int, list[str]] = {}
@@ -1199,17 +1206,16 @@ def _stack_tracks(con, describe, thread_track, uuids, stats,
     runs = []           # per thread: (pid, tid, [(start, end, depth, name)])
     for a, b in zip(cuts[:-1], cuts[1:]):
         t = ts[a:b]
-        per = int(np.median(np.diff(t))) if b - a > 1 else 10_000_000
+        per = int(1e9 / rate_hz) if rate_hz else \
+            int((t[-1] - t[0]) / (b - a - 1)) if b - a > 1 else 10_000_000
         open_: list[tuple[str, int]] = []       # (name, start)
         out = []
         for i in range(b - a):
-            st = frames.get(int(sid[a + i]), []) if sid[a + i] >= 0 else None
+            st = frames.get(int(sid[a + i]), [])
             now = int(t[i])
             prev_end = now
-            if i > 0 and (now - int(t[i - 1]) > GAP_SAMPLES * per or sid[a + i - 1] < 0):
+            if i > 0 and now - int(t[i - 1]) > max(GAP_SAMPLES * per, GAP_S * 1e9):
                 prev_end = int(t[i - 1]) + per
-            if st is None:                      # a failed read: the state is unknown
-                st = []
             keep = 0
             if prev_end == now:
                 while keep < min(len(open_), len(st)) and open_[keep][0] == st[keep]:
