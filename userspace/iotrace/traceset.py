@@ -128,6 +128,9 @@ def shifted_member(ts: TraceSet, i: int, base_ns: int) -> Trace:
         {up('tid')} as tid, {up('pid')} as pid,
         start_ns + {shift} as start_ns, exit_ns + {shift} as exit_ns) from raw_threads""")
     con.execute("create view files as select * from raw_files")
+    con.execute(f"""create view pystacks as select * replace (
+        ts_ns + {shift} as ts_ns, {up('pid')} as pid, {up('tid')} as tid) from raw_pystacks""")
+    con.execute("create view pyframes as select * from raw_pyframes")
     meta = dict(m.meta)
     for k in ("start_monotonic_ns", "end_monotonic_ns"):
         if meta.get(k) is not None:
