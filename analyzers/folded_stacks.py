@@ -16,11 +16,8 @@ report draws both (viewers/flamegraph.py).
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
-from .loader_frame import LoaderFrame, on_cpu_stacks
 from .views import register_columns
 
 MAX_STACKS = 200
@@ -32,11 +29,10 @@ def frame_label(function: str, file: str) -> str:
     return f"{function} ({short})".replace(";", ",")
 
 
-def folded(con, tids: list[int], within: Optional[np.ndarray] = None,
-           frame: Optional[LoaderFrame] = None, max_stacks: int = MAX_STACKS) -> dict:
+def fold(con, sids: np.ndarray, n: np.ndarray, max_stacks: int = MAX_STACKS) -> dict:
     """{"samples": all the samples, "stacks": [{"stack", "samples"}], most
-    first}: the threads' samples on CPU (loader_frame.on_cpu_stacks)."""
-    sids, n = on_cpu_stacks(con, tids, within, frame)
+    first}: stacks as loader_frame.on_cpu_stacks gives them (stack ids, the
+    samples of each)."""
     if len(sids) == 0:
         return {"samples": 0, "stacks": []}
     register_columns(con, "_fold_sid", {"sid": sids, "n": n})

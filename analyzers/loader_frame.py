@@ -381,12 +381,9 @@ def on_cpu_stacks(con, tids: list[int], within: Optional[np.ndarray] = None,
     return np.unique(sids[keep], return_counts=True)
 
 
-def top_functions(con, tids: list[int], within: Optional[np.ndarray] = None,
-                  frame: Optional[LoaderFrame] = None, limit: int = 5) -> list[dict]:
-    """The innermost Python function of the threads' samples on CPU, inside
-    the intervals `within` and/or with `frame` on their stack, by share of
-    those samples."""
-    u, n = on_cpu_stacks(con, tids, within, frame)
+def top_functions(con, u: np.ndarray, n: np.ndarray, limit: int = 5) -> list[dict]:
+    """The innermost Python functions of stacks as on_cpu_stacks gives them
+    (stack ids, the samples of each), by share of those samples."""
     if len(u) == 0:
         return []
     register_columns(con, "_tf_sid", {"sid": u, "n": n})

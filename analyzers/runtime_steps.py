@@ -23,8 +23,10 @@ the kernel shows between the two sides:
   functions).
 
 The data wait of a step is the consumers' busy time: from the runtime
-waking one to its last wake-up of the runtime before it is idle again (it
-waits for work only as long as the runtime gives it none). The time blocked
+waking one to its first wake-up of the runtime after its last wait for the
+producers (the batch in hand), before it is idle again (it waits for work
+only as long as the runtime gives it none), less the Python thread's time
+between its steps. The time blocked
 for the producers is then fetch / prep / cpu-starved by what they did, the
 consumer's own time on CPU transfer, as for any loop (told from the state of
 the consumer that takes the most batches).
@@ -164,11 +166,14 @@ def _between_steps(tl, rl: RuntimeLoop, lo: int, hi: int) -> np.ndarray:
     shows no hand-over, and its busy span would run over the time between."""
     off = tl.offcpu(rl.tid, lo, hi)
     woke = (off["wake"] >= 0) & np.isin(off["waker"], rl.runtime + rl.consumers)
-    blocks = off["ts_ns"][off["wake"] >= 0]
     starts = (off["ts_ns"] + off["wake"])[woke]
-    nxt = np.searchsorted(blocks, starts, side="right")
-    ends = np.where(nxt < len(blocks), blocks[np.minimum(nxt, len(blocks) - 1)], hi)
-    return ivl.union(ivl.as_iv(starts, ends))
+    return ivl.union(ivl.as_iv(starts, _next_after(off["ts_ns"][off["wake"] >= 0], starts, hi)))
+
+
+def _next_after(points: np.ndarray, t: np.ndarray, default: int) -> np.ndarray:
+    """For each of t, the first of the sorted points after it (default where none)."""
+    i = np.searchsorted(points, t, side="right")
+    return np.where(i < len(points), points[np.minimum(i, len(points) - 1)], default)
 
 
 def _busy(tl, rl: RuntimeLoop, g: int, lo: int, hi: int) -> np.ndarray:
@@ -201,8 +206,7 @@ def _busy(tl, rl: RuntimeLoop, g: int, lo: int, hi: int) -> np.ndarray:
     # hand-back after its last wait for the producers (the batch in hand: the
     # op's done callback wakes the runtime's threads in a burst of a millisecond
     # or so, preempted by them on a busy machine), or its last hand-back
-    nxt = np.searchsorted(idle_from, starts, side="right")
-    ends = np.where(nxt < len(idle_from), idle_from[np.minimum(nxt, len(idle_from) - 1)], hi)
+    ends = _next_after(idle_from, starts, hi)
     if len(back):
         j = np.searchsorted(back, ends, side="right") - 1
         last = back[np.maximum(j, 0)]

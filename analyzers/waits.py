@@ -989,8 +989,7 @@ def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
                 "data_wait_kernel_s": round(kernel, 6),
                 "step_runner": {"what": rl.what, "runtime_tids": rl.runtime,
                                 "consumer_tids": rl.consumers},
-                "prep_top": loader_frame.top_functions(con, lp.producers, eps),
-                "prep_stacks": folded_stacks.folded(con, lp.producers, eps)}
+                **_cpu_named(con, "prep", lp.producers, eps)}
     if lp.loader is None:
         return {"loader_frame": None, "loader_frame_why": lp.loader_why or None,
                 "data_wait_kernel_s": round(kernel, 6)}
@@ -1000,10 +999,18 @@ def _loader_info(con, lp: Loop, eps: np.ndarray, lo: int, hi: int) -> dict:
                              "source": lp.loader.source, "what": lp.loader.what or None,
                              "entries_seen": lp.loader.runs},
             "data_wait_kernel_s": round(kernel, 6),
-            "loop_cpu_top": loader_frame.top_functions(con, [lp.tid], span, lp.loader),
-            "prep_top": loader_frame.top_functions(con, side, eps),
-            "loop_cpu_stacks": folded_stacks.folded(con, [lp.tid], span, lp.loader),
-            "prep_stacks": folded_stacks.folded(con, side, eps)}
+            **_cpu_named(con, "loop_cpu", [lp.tid], span, lp.loader),
+            **_cpu_named(con, "prep", side, eps)}
+
+
+def _cpu_named(con, key: str, tids: list[int], within: np.ndarray,
+               frame: Optional[LoaderFrame] = None) -> dict:
+    """{KEY_top, KEY_stacks}: the threads' samples on CPU inside `within`
+    (and `frame`), by innermost function and as folded stacks (one read of
+    the samples for both)."""
+    u, n = loader_frame.on_cpu_stacks(con, tids, within, frame)
+    return {f"{key}_top": loader_frame.top_functions(con, u, n),
+            f"{key}_stacks": folded_stacks.fold(con, u, n)}
 
 
 def detect_window(loops: list[Loop], t0: int, t1: int, con=None) -> Optional[tuple[int, int]]:

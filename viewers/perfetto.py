@@ -82,6 +82,7 @@ import numpy as np
 import pyarrow as pa
 
 from iotrace import abi
+from iotrace.analyzers.folded_stacks import frame_label
 from iotrace.analyzers.intervals import sorted_unique
 from iotrace.abi import ASYNC_READ_OPS, ASYNC_WRITE_OPS, LIFE_OPS, SYNC_OPS, sql_list
 from iotrace.storage_io import device_name
@@ -1199,7 +1200,7 @@ def _stack_tracks(con, describe, thread_track, uuids, stats, rate_hz: Optional[f
     frames: dict[int, list[str]] = {}
     for sid, fn, f in con.execute("""select stack_id, function, file from pyframes
                                      order by stack_id, depth""").fetchall():
-        frames.setdefault(int(sid), []).append(f"{fn} ({'/'.join(f.split('/')[-2:])})")
+        frames.setdefault(int(sid), []).append(frame_label(fn, f))
     pid, tid = np.asarray(r["pid"]), np.asarray(r["tid"])
     ts, sid = np.asarray(r["ts_ns"], np.int64), np.asarray(r["stack_id"], np.int64)
     cuts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True])
