@@ -1206,17 +1206,22 @@ def _stack_tracks(con, describe, thread_track, uuids, stats, rate_hz: Optional[f
     cuts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True])
     runs = []           # per thread: (pid, tid, [(start, end, depth, name)])
     for a, b in zip(cuts[:-1], cuts[1:]):
-        t = ts[a:b]
+        t0, s0 = ts[a:b], sid[a:b]
         per = int(1e9 / rate_hz) if rate_hz else \
-            int((t[-1] - t[0]) / (b - a - 1)) if b - a > 1 else 10_000_000
+            int((t0[-1] - t0[0]) / (b - a - 1)) if b - a > 1 else 10_000_000
+        gapped = np.r_[False, np.diff(t0) > max(GAP_SAMPLES * per, GAP_S * 1e9)]
+        # a sample with its predecessor's stack and no gap before it changes
+        # nothing: only the others are walked (an idle thread's minutes of
+        # one stack are one step)
+        walk = np.r_[True, s0[1:] != s0[:-1]] | gapped
+        t, st_ids, gap_from = t0[walk], s0[walk], np.r_[t0[0], t0[:-1]][walk]
+        gapped = gapped[walk]
         open_: list[tuple[str, int]] = []       # (name, start)
         out = []
-        for i in range(b - a):
-            st = frames.get(int(sid[a + i]), [])
+        for i in range(len(t)):
+            st = frames.get(int(st_ids[i]), [])
             now = int(t[i])
-            prev_end = now
-            if i > 0 and now - int(t[i - 1]) > max(GAP_SAMPLES * per, GAP_S * 1e9):
-                prev_end = int(t[i - 1]) + per
+            prev_end = int(gap_from[i]) + per if gapped[i] else now
             keep = 0
             if prev_end == now:
                 while keep < min(len(open_), len(st)) and open_[keep][0] == st[keep]:
@@ -1224,7 +1229,7 @@ def _stack_tracks(con, describe, thread_track, uuids, stats, rate_hz: Optional[f
             for d in range(len(open_) - 1, keep - 1, -1):
                 out.append((open_[d][1], min(prev_end, now), d, open_[d][0]))
             open_ = open_[:keep] + [(name, now) for name in st[keep:]]
-        end = int(t[-1]) + per
+        end = int(t0[-1]) + per
         for d in range(len(open_) - 1, -1, -1):
             out.append((open_[d][1], end, d, open_[d][0]))
         runs.append((int(pid[a]), int(tid[a]), out))
@@ -1241,19 +1246,47 @@ def _stack_tracks(con, describe, thread_track, uuids, stats, rate_hz: Optional[f
             out = [x for x in out if x[2] < depth]
         if not out:
             continue
-        u, seq = uuids.take(), uuids.take()
+        u = uuids.take()
+        seq = uuids.take()
         describe(_fv(F.TD_UUID, u) + _fv(F.TD_PARENT_UUID, thread_track(p, t_))
                  + _fb(F.TD_NAME, STACK_TRACK))
-        # begins and ends in time order; at one instant ends (deepest first) before begins
-        marks = [(s_, 1, d, name) for s_, e_, d, name in out] + \
-                [(e_, 0, -d, "") for s_, e_, d, name in out]
-        for when, begin, _, name in sorted(marks):
-            te = (_fv(F.TE_TYPE, TYPE_SLICE_BEGIN) + _fv(F.TE_TRACK_UUID, u) + _fb(F.TE_NAME, name)
-                  if begin else _fv(F.TE_TYPE, TYPE_SLICE_END) + _fv(F.TE_TRACK_UUID, u))
-            pkts.append(_packet(_fv(F.TIMESTAMP, when), _fv(F.SEQ_ID, seq),
-                                _fb(F.TRACK_EVENT, te)))
+        pkts.append(_stack_packets(out, u, seq))
         stats["stack_slices"] += len(out)
     return pkts
+
+
+def _stack_packets(out: list, track: int, seq: int) -> bytes:
+    """One thread's stack slices ((start, end, depth, name)) as packets on
+    their own sequence: the frame names interned in its first packet, then
+    the begins and ends in time order (at one instant ends, deepest first,
+    before begins, outermost first), encoded column-wise (encode_rows)."""
+    names = sorted({x[3] for x in out})
+    iid = {n: i + 1 for i, n in enumerate(names)}
+    n = len(out)
+    start = np.fromiter((x[0] for x in out), np.int64, n)
+    end = np.fromiter((x[1] for x in out), np.int64, n)
+    dep = np.fromiter((x[2] for x in out), np.int64, n)
+    name = np.fromiter((iid[x[3]] for x in out), np.int64, n)
+    when = np.r_[start, end]
+    begin = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    order = np.lexsort((np.r_[dep, -dep], begin, when))
+    when, begin, name = when[order], begin[order], np.r_[name, name][order]
+    head = _packet(_fv(F.TIMESTAMP, int(when[0])), _fv(F.SEQ_ID, seq),
+                   _fb(F.INTERNED_DATA, b"".join(_fb(F.ID_EVENT_NAMES, _fv(1, i) + _fb(2, nm))
+                                                 for nm, i in iid.items())),
+                   _fv(F.SEQ_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED))
+    fixed = (_Const(K["SEQ_ID"] + _uv(seq)),
+             _Const(K["SEQ_FLAGS"] + _uv(SEQ_NEEDS_INCREMENTAL_STATE)))
+    parts = [head]
+    for c in range(0, len(when), ENCODE_ROWS):
+        sl = slice(c, c + ENCODE_ROWS)
+        row = _Msg(K["TRACE_PACKET"], [_Var(K["TIMESTAMP"], when[sl]), *fixed, _Msg(
+            K["TRACK_EVENT"], [
+                _Var(K["TE_TYPE"], np.where(begin[sl], TYPE_SLICE_BEGIN, TYPE_SLICE_END)),
+                _Const(K["TE_TRACK_UUID"] + _uv(track)),
+                _Var(K["TE_NAME_IID"], name[sl], present=begin[sl])])])
+        parts.append(encode_rows([row], len(when[sl])).tobytes())
+    return b"".join(parts)
 
 
 def _finding_events(report, t0: int, t1: int) -> list:
