@@ -214,6 +214,18 @@ def from_first_ask(trace, path: Path, nbytes: int, rate: float, since: str) -> f
 
 
 @pytest.fixture
+def cpu_neighbour():
+    """Two processes that spin on CPU (one a core of this 2-core machine),
+    not traced: another job on the same node."""
+    spin = "while True: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    yield
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
 def blockdir(tmp_path):
     """A directory on a block device for page-cache, block and O_DIRECT tests:
     the test's tmp dir here, under $IOTRACE_BLOCK_DIR in the VM (an ext4 on a

@@ -136,7 +136,8 @@ def test_compute_bound_dlio_passes_au(tmp_path, data):
     assert v["loops"][0]["how"] == "worker-processes"
 
 
-def test_dlio_loading_in_its_loop(tmp_path, data):
+@pytest.mark.parametrize("neighbour", [False, True], ids=["alone", "beside-a-cpu-bound-job"])
+def test_dlio_loading_in_its_loop(tmp_path, data, neighbour, request):
     """read_threads 0: DLIO's loop loads and decodes each .npz itself, inside
     the DataLoader's next(). The kernel alone sees only its reads and calls
     the decoding compute (AU 95% where DLIO says 82-87%); with the loop's
@@ -148,8 +149,12 @@ def test_dlio_loading_in_its_loop(tmp_path, data):
     ground truth is DLIO's own clock around next() (dlio_own_au). Its
     headline AU is lower by definition (its nominal compute over its time:
     its per-step bookkeeping is neither), by 1.2 to 2.9 points in these
-    runs: iotrace is held to 3 points below it at most."""
+    runs: iotrace is held to 3 points below it at most. Once more while
+    another job keeps both CPUs busy (the loop's decoding then waits for a
+    CPU inside next(): data wait, as DLIO's clock counts it)."""
     warm(data)
+    if neighbour:
+        request.getfixturevalue("cpu_neighbour")
     m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0.05",
                        "++workload.reader.read_threads=0", "++workload.train.epochs=10",
                        extra=("--py-stacks", "200"))
@@ -163,7 +168,12 @@ def test_dlio_loading_in_its_loop(tmp_path, data):
     assert ours >= headline - 0.03, (headline, v["summary"])
     assert v["loops"][0]["how"] == "self-loading"
     assert v["loops"][0]["loader_frame"]["what"] == "PyTorch DataLoader"
-    assert max(v["stall"], key=v["stall"].get) == "loop_cpu", v["stall"]
+    # beside the neighbour the loop's decoding waits for a CPU about as long
+    # as it runs (0.45-0.47 of the wait each in three runs): either is first
+    top = max(v["stall"], key=v["stall"].get)
+    assert top in (("cpu_starved", "loop_cpu") if neighbour else ("loop_cpu",)), v["stall"]
+    assert v["stall"]["loop_cpu"] > 0.3, v["stall"]
+    assert v["stall"]["cpu_starved"] > 0.3 or not neighbour, v["stall"]
 
 
 def test_dlio_without_compute_reads_at_its_rate(tmp_path, data):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -142,18 +141,6 @@ def test_loader_frame_option(tmp_path, npys):
                    report_kw={"loader_frame": "own_loader:batches"})
     check_au(truth, v)
     assert v["loops"][0]["loader_frame"]["source"] == "option"
-
-
-@pytest.fixture
-def cpu_neighbour():
-    """Two processes that spin on CPU (one a core of this 2-core machine),
-    not traced: another job on the same node."""
-    spin = "import time\nwhile True: pass\n"
-    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
-    yield
-    for p in procs:
-        p.kill()
-        p.wait()
 
 
 @pytest.mark.parametrize("pipeline", ["jpegs-2-workers", "jpegs-num-workers-0", "tf-data"])

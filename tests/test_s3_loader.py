@@ -67,10 +67,14 @@ def train(tmp_path, bucket, throttle_every, *args, rate=None, au_points=AU_POINT
     return truth, report, seen
 
 
-def test_workers_throttled_by_the_store(tmp_path, bucket):
+@pytest.mark.parametrize("neighbour", [False, True], ids=["alone", "beside-a-cpu-bound-job"])
+def test_workers_throttled_by_the_store(tmp_path, bucket, neighbour, request):
     """2 workers, every 4th request refused: the loop waits most of the time
     (the seeds' case), for objects fetched and for botocore's backoff (it
-    sleeps up to a second or two before each retry: most of the wait)."""
+    sleeps up to a second or two before each retry: most of the wait). Once
+    more while another job keeps both CPUs busy."""
+    if neighbour:
+        request.getfixturevalue("cpu_neighbour")
     truth, report, seen = train(tmp_path, bucket, 4, "--workers", "2", "--compute", "0.02")
     v = report.verdict
     assert seen["throttled"] == seen["requests"] // 4 > 0

@@ -25,8 +25,12 @@ VNG = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
 # guest whose pytest log (a line as each test starts and ends) has not grown
 # for STALL_S (about three times its longest step, 84 s), or that has not
 # started pytest BOOT_S after boot, has stopped:
-# waiting out LIMIT_S for it cost a run 22 minutes.
-LIMIT_S, STALL_S, BOOT_S = 1320, 240, 420
+# waiting out LIMIT_S for it cost a run 22 minutes. A guest whose watchdog
+# (run_in_vm.sh: a console line every 20 s) has printed nothing for FROZEN_S
+# has frozen whole (seen under software emulation: the watchdog stopped at
+# 177 s of uptime and the host waited out STALL_S until 445 s).
+LIMIT_S, STALL_S, BOOT_S, FROZEN_S = 1320, 240, 420, 90
+WATCHDOG = b"vm-watchdog up="
 
 
 def run_guest(cmd: list, env: dict, out: Path) -> str:
@@ -35,8 +39,8 @@ def run_guest(cmd: list, env: dict, out: Path) -> str:
     with open(out / "console.log", "w") as console:
         p = subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT,
                              start_new_session=True)
-        start = seen = time.monotonic()
-        size = -1
+        start = seen = ticked = time.monotonic()
+        size, ticks = -1, 0
         while True:
             try:
                 return f"exit {p.wait(timeout=5)}"
@@ -47,12 +51,17 @@ def run_guest(cmd: list, env: dict, out: Path) -> str:
             if grown != size:
                 size, seen = grown, now
             quiet = now - seen
-            if now - start > LIMIT_S or quiet > (STALL_S if size >= 0 else BOOT_S):
+            n = (out / "console.log").read_bytes().count(WATCHDOG)
+            if n != ticks:
+                ticks, ticked = n, now
+            frozen = ticks > 0 and now - ticked > FROZEN_S
+            if now - start > LIMIT_S or frozen or quiet > (STALL_S if size >= 0 else BOOT_S):
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-                return (f"stopped after {now - start:.0f} s, " +
-                        (f"its pytest log still for {quiet:.0f} s" if size >= 0
-                         else "pytest not started"))
+                why = (f"its watchdog silent for {now - ticked:.0f} s" if frozen else
+                       f"its pytest log still for {quiet:.0f} s" if size >= 0 else
+                       "pytest not started")
+                return f"stopped after {now - start:.0f} s, {why}"
 
 
 def cached_dirs() -> list[str]:

@@ -176,11 +176,12 @@ def test_pool_loader_prep_bound(tmp_path, dataset):
     assert max(v["stall"], key=v["stall"].get) == "prep", v["stall"]
 
 
-def test_hf_dataset_read_through_memory_maps(tmp_path, dataset):
+@pytest.mark.parametrize("neighbour", [False, True], ids=["alone", "beside-a-cpu-bound-job"])
+def test_hf_dataset_read_through_memory_maps(tmp_path, dataset, neighbour, request):
     """A Hugging Face dataset behind a DataLoader: its workers read the Arrow
     file by page faults, never by read(). The faults are the dataset's reads:
     before, iotrace found no dataset and judged the job by its (absent)
-    checkpoints."""
+    checkpoints. Once more while another job keeps both CPUs busy."""
     import importlib.util
     import subprocess
     # found, not imported: the workload imports it (this process keeps pandas out)
@@ -188,6 +189,8 @@ def test_hf_dataset_read_through_memory_maps(tmp_path, dataset):
         pytest.skip("Hugging Face datasets is not installed (make test installs it)")
     subprocess.run([sys.executable, str(WORKLOADS / "train_loader.py"), str(dataset), "-",
                     "--make-hf"], check=True, capture_output=True)
+    if neighbour:
+        request.getfixturevalue("cpu_neighbour")
     truth, v, _ = train(tmp_path, dataset, "--loader", "hf", "--workers", "2",
                         "--compute", "0.02", "--compute-kind", "sleep")
     check_wait(truth, v)
