@@ -51,6 +51,7 @@ THRESHOLDS = {
     "min_wait_samples": 3,      # samples in the kernel's waits needed to find a frame from the data
     "step_runs_share": 0.3,     # of the most-entered candidate's runs: called about once a step
     "max_presence": 0.98,       # of all the loop's samples, for a frame from the data
+    "min_known_samples": 50,    # in a known loader's next(), to call its thread a loop however seldom it entered
 }
 
 # (file suffix, function or qualified-name suffix, what it is)
@@ -161,8 +162,11 @@ def find(con, tid: int, kernel_waits: np.ndarray, th: dict,
 
 def known_loops(con, th: dict) -> dict[int, int]:
     """{pid: tid} of the thread of each process that calls a known loader's
-    next() (at least min_runs times, the most of its process)."""
-    best: dict[int, tuple[int, int]] = {}
+    next(): seen entering it at least min_runs times, or in it for at least
+    min_known_samples samples (a loop whose first next() waits seconds on
+    cold storage and whose next ones return at once, before any sample
+    sees them: one run of 850 samples); the most of its process."""
+    best: dict[int, tuple[int, int, int]] = {}
     for suffix, function, _ in KNOWN:
         hit = frame_stacks(con, suffix, function)
         if not hit:
@@ -171,10 +175,12 @@ def known_loops(con, th: dict) -> dict[int, int]:
             and stack_id in ({",".join(map(str, hit))})""").fetchall()
         for pid, tid in pairs:
             _, sid, _ = loop_samples(con, tid)
-            n = runs_of(np.isin(sid, hit))
-            if n >= th["min_runs"] and n > best.get(pid, (0, 0))[1]:
-                best[int(pid)] = (int(tid), n)
-    return {p: t for p, (t, _) in best.items()}
+            inside = np.isin(sid, hit)
+            n, m = runs_of(inside), int(inside.sum())
+            if (n >= th["min_runs"] or m >= th["min_known_samples"]) and \
+                    (n, m) > best.get(pid, (0, 0, 0))[1:]:
+                best[int(pid)] = (int(tid), n, m)
+    return {p: t for p, (t, _, _) in best.items()}
 
 
 def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], str]:
@@ -325,8 +331,15 @@ def _loop_caller(con, tid: int, frame: LoaderFrame):
     inside = _stacks_with(con, frame.file, frame.function, sid)
     if not inside.any():
         return None
-    first = int(np.argmax(inside))
-    if not (~inside[first:]).any():
+    # between its first and last next() seen: what comes after (a shutdown
+    # that joins the loader's threads, seconds under a throttle, at module
+    # level) says little of which function runs the loop; all after the
+    # first where no sample between them was outside the loader
+    first, last = int(np.argmax(inside)), int(np.flatnonzero(inside)[-1])
+    during = slice(first, last + 1)
+    if not (~inside[during]).any():
+        during = slice(first, len(inside))
+    if not (~inside[during]).any():
         return None
     top = int(np.bincount(sid[inside]).argmax())
     chain = con.execute("""select function, file, depth from pyframes where stack_id = ?
@@ -335,11 +348,11 @@ def _loop_caller(con, tid: int, frame: LoaderFrame):
               if f.endswith(frame.file) and _match(fn, frame.function)), None)
     if k is None:
         return None
-    n_out = int((~inside[first:]).sum())
+    n_out = int((~inside[during]).sum())
     for m in range(k + 1, len(chain)):
         fn, f, _ = chain[m]
         on = _stacks_with(con, f, fn, sid)
-        if on[first:][~inside[first:]].sum() >= 0.5 * n_out:
+        if on[during][~inside[during]].sum() >= 0.5 * n_out:
             return ts, sid, chain, k, m
     return None
 

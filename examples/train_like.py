@@ -2,12 +2,13 @@
 .npz samples, a training loop, and a checkpoint written every few steps.
 
     python examples/train_like.py --data DIR [--steps 120] [--workers 2]
-                                  [--ckpt-every 40] [--ckpt-mb 16]
+                                  [--ckpt-every 40] [--ckpt-mb 16] [--timing FILE]
 
 The dataset is made on first use (not traced: run --prepare-only first)."""
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import random
@@ -53,6 +54,9 @@ def main() -> None:
     ap.add_argument("--ckpt-every", type=int, default=40)
     ap.add_argument("--ckpt-mb", type=int, default=16)
     ap.add_argument("--prepare-only", action="store_true")
+    ap.add_argument("--timing", metavar="FILE",
+                    help="write the loop's own clock around next() here (JSON: the "
+                         "seconds it waited for data, its window, AU = 1 - wait / window)")
     args = ap.parse_args()
     prepare(args.data)
     if args.prepare_only:
@@ -62,14 +66,22 @@ def main() -> None:
     order = [random.Random(step).choice(files)
              for step in range(args.steps * args.batch)]
     ckpt = os.path.join(args.data, "checkpoint.npy")
+    wait = 0.0
     with mp.get_context("fork").Pool(args.workers) as pool:
         batches = pool.imap(load_sample, order, chunksize=args.batch)
+        start = time.perf_counter()
         for step in range(1, args.steps + 1):
+            asked = time.perf_counter()
             for _ in range(args.batch):
                 next(batches)
+            wait += time.perf_counter() - asked
             time.sleep(0.01)                     # the "GPU" step
             if step % args.ckpt_every == 0:
                 checkpoint(ckpt, step, args.ckpt_mb)
+        window = time.perf_counter() - start
+    if args.timing:
+        with open(args.timing, "w") as f:
+            json.dump({"wait_s": wait, "loop_window_s": window, "au": 1 - wait / window}, f)
     print(f"trained {args.steps} steps on {len(files)} samples, "
           f"{args.steps // args.ckpt_every} checkpoints")
 

@@ -83,3 +83,27 @@ def test_job_without_python(tmp_path):
     from iotrace.analyzers.report import build_report
     v = build_report(trace, Targets()).verdict
     assert "Kernel-only verdict" in v["summary"], v["summary"]
+
+
+def test_one_sample_a_thread_a_read(tmp_path):
+    """A read that names one OS thread twice (a process just forked, its
+    parent's thread states copied and not yet cleared: seen as an empty stack
+    beside the real one at one instant) is one sample, the one with frames:
+    two at one instant made the Perfetto stack track end a frame before it
+    began. Counted as duplicate_samples. The sampler's own line format."""
+    from iotrace.pystacks import parse
+    f = tmp_path / "stacks.txt"
+    f.write_text("F\t1\t_worker_loop\tworker.py\t\t10\n"
+                 "S\t1000\t7\t7\t1\t1\t50\n"
+                 "S\t2000\t7\t7\t1\t\t50\n"          # the copy: no frames
+                 "S\t2000\t7\t7\t1\t1\t50\n"
+                 "S\t2000\t7\t8\t1\t1\t50\n"         # another thread at that instant
+                 "S\t3000\t7\t7\t1\t1\t50\n"
+                 "S\t3000\t7\t7\t1\t\t50\n"          # the copy after the real one
+                 "Z\t5\t0\t0\t3\t0\t0\n")
+    samples, frames, info = parse(f)
+    got = list(zip(samples.column("ts_ns").to_pylist(), samples.column("tid").to_pylist()))
+    assert got == [(1000, 7), (2000, 7), (2000, 8), (3000, 7)], got
+    with_frames = set(frames.column("stack_id").to_pylist())
+    assert set(samples.column("stack_id").to_pylist()) == with_frames == {0}
+    assert info["duplicate_samples"] == 2

@@ -1232,6 +1232,10 @@ def _stack_tracks(con, describe, thread_track, uuids, stats, rate_hz: Optional[f
         end = int(t0[-1]) + per
         for d in range(len(open_) - 1, -1, -1):
             out.append((open_[d][1], end, d, open_[d][0]))
+        # two samples at one instant (none since pystacks keeps one a read,
+        # in older traces): what the first opened ends as it begins, and an
+        # end sorted before its begin would leave an END without a BEGIN
+        out = [x for x in out if x[1] > x[0]]
         runs.append((int(pid[a]), int(tid[a]), out))
     total = sum(len(o) for _, _, o in runs)
     depth = None

@@ -150,8 +150,9 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
     cols: dict[str, list] = {k: [] for k in SAMPLES_SCHEMA.names}
     sampled: dict[str, str] = {}
     refused: dict[str, str] = {}
-    bad = 0
+    bad = dup = 0
     end = None
+    last, last_key = None, None
     with open(path, "r", encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.endswith("\n"):
@@ -162,6 +163,17 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
             try:
                 if kind == "S":
                     key = p[5]
+                    # one read naming an OS thread twice (a process just
+                    # forked: its parent's thread states, copied, not yet
+                    # cleared): one sample, the one with frames
+                    at = (int(p[1]), int(p[3]))
+                    if at == last:
+                        dup += 1
+                        if key == "" or last_key != "":
+                            continue
+                        for c in cols.values():
+                            c.pop()
+                    last, last_key = at, key
                     sid = stacks.get(key)
                     if sid is None:
                         sid = stacks[key] = len(stacks)
@@ -206,6 +218,7 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
     info: dict = {"samples": sum(1 for x in cols["stack_id"] if x >= 0), "stacks": len(stacks),
                   "processes_sampled": {k: {"python": v} for k, v in sampled.items()},
                   "processes_not_sampled": refused, "unknown_lines": bad,
+                  "duplicate_samples": dup,
                   "complete": end is not None}
     if end:
         info.update(read_errors=end[1], late_ticks=end[2], ticks=end[3],
