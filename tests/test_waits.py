@@ -108,13 +108,19 @@ def test_timeline_of_the_loop(tmp_path, dataset):
     for w in waits:
         by_label[w[1]] = by_label.get(w[1], 0) + w[3] - w[2]
     assert max(by_label, key=by_label.get) == "data wait: prep", by_label
-    # flows: from a wait on the loop's track to an instant on a worker's thread
-    assert len(r["flows"]) >= 0.8 * len(waits)
+    # flows: from a wait on the loop's track to an instant on the thread that
+    # woke it, a worker's where a worker handed it a batch. A wait the loop
+    # spent on CPU in next() (loop_cpu) or waiting for a CPU (cpu_starved)
+    # was ended by no one (the batches a worker had ready: 7 of 13 in one
+    # run, 3-7 ms each), or by a thread of the loop's own process
+    fed = [w for w in waits if w[1] in ("data wait: prep", "data wait: fetch")]
+    by_worker = 0
     for (src, dst) in r["flows"]:
         assert src[0] == loop_tracks[0] and src[1].startswith("data wait")
         wt = r["desc"][r["desc"][dst[0]].parent_uuid].thread
-        assert wt.pid != truth["pid"]                  # a worker process woke it
+        by_worker += wt.pid != truth["pid"]
         assert dst[2] >= src[2]
+    assert len(fed) >= 3 and by_worker >= 0.8 * len(fed), (by_worker, waits)
     fig = figures(render_html(report, trace))["loop"]
     assert fig.count("<svg") == 1                 # text is drawn as paths: look for colours
     assert STATE_COLOURS["data wait: prep"] in fig and STATE_COLOURS["compute"] in fig
