@@ -12,6 +12,7 @@ from .base import Context, Finding, Rule, Targets, severity_rank
 from .impact import apply_impact
 from .registry import all_rules
 from .thresholds import load_thresholds
+from . import whatif
 from .verdict import make_verdict
 from .views import create_views, uncache_events
 from .loader_frame import THRESHOLDS as LOADER_THRESHOLDS
@@ -37,6 +38,8 @@ class Report:
     loop_states: list = field(default_factory=list)
     # every write burst (checkpoint) found, also where too few for the finding
     checkpoints: list = field(default_factory=list)
+    # the AU predicted for changes to the input pipeline (whatif.py)
+    whatif: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -51,6 +54,7 @@ class Report:
             "checkpoints": self.checkpoints,
             "rules_run": self.rules_run,
             "rule_errors": self.errors,
+            "whatif": self.whatif,
         }
 
     def worst(self) -> Optional[str]:
@@ -61,20 +65,22 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
                  only: Optional[list[str]] = None,
                  window_s: Optional[tuple[float, float]] = None,
                  progress: Optional[Callable[[str], None]] = None,
-                 loader_frame: Optional[str] = None, kernel_only: bool = False) -> Report:
+                 loader_frame: Optional[str] = None, kernel_only: bool = False,
+                 rules: bool = True) -> Report:
     """window_s: (start, end) seconds from the trace's first event, to
     override the detected training window. progress: called with what the
     report does next (the events, the loop's waits, each rule, the verdict),
-    for a status line on long reports (a 100 M-event trace takes minutes)."""
-    rules = all_rules()
+    for a status line on long reports (a 100 M-event trace takes minutes).
+    rules=False: the verdict and what-if only, no findings."""
+    run_rules, rules = rules, all_rules()
     thresholds = load_thresholds(rules + [VERDICT], thresholds_path)
     say = progress or (lambda what: None)
     con = trace.con
     say("reading the events")
     cached = create_views(con)
     try:
-        return _build(trace, targets, rules, thresholds, only, window_s, say, loader_frame,
-                      kernel_only)
+        return _build(trace, targets, rules if run_rules else [], thresholds, only, window_s,
+                      say, loader_frame, kernel_only)
     finally:
         uncache_events(con, cached)
 
@@ -120,6 +126,8 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
     apply_impact(ctx, waits, findings)
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_s or 0)))
     from .checkpoint_burst import report_entry
+    say("what would help")
     return Report(trace=str(trace.root), targets=targets, verdict=verdict,
                   findings=findings, rules_run=ran, errors=errors, loop_states=waits.states,
-                  checkpoints=[report_entry(b, bool(ctx.loop_tids)) for b in ctx.checkpoints])
+                  checkpoints=[report_entry(b, bool(ctx.loop_tids)) for b in ctx.checkpoints],
+                  whatif=whatif.analyse(verdict, trace.meta))

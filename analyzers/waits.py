@@ -588,14 +588,18 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
     layers = [blocked, contention, ivl.as_iv(c["ts_ns"][xfer], c["end_ns"][xfer]),
               fetching, gets, backoffs, runnable]
     layers = [ivl.clip(x, lo, hi) for x in layers]
-    bounds = ivl.sorted_unique(np.concatenate([eps.ravel()] + [x.ravel() for x in layers]))
+    # before it started and after it exited it did nothing (a thread made
+    # when the first batch is put on a queue: its feeder; a worker of an
+    # epoch that has ended): its start and exit bound segments too, or the
+    # time from its last call to the end was "on CPU"
+    life = tl.alive(tid)
+    bounds = ivl.sorted_unique(np.concatenate([eps.ravel(), ivl.clip(life, lo, hi).ravel()]
+                                              + [x.ravel() for x in layers]))
     label = ivl.paint(bounds, layers)
     s, e = bounds[:-1], bounds[1:]
     inside = ivl.covered(eps, s)
     s, e, label = s[inside], e[inside], label[inside]
-    # before it started and after it exited it did nothing (a thread made
-    # when the first batch is put on a queue: its feeder)
-    label = np.where(ivl.covered(tl.alive(tid), s), label, IDLE)
+    label = np.where(ivl.covered(life, s), label, IDLE)
     if helper:
         label = np.where(label == 0, TRANSFER, label)
     # the call covering each segment (calls of one thread do not overlap)
@@ -735,6 +739,59 @@ def wakers(tl: Timelines, loop: Loop, eps: np.ndarray) -> np.ndarray:
         out[hit, 0] = off["waker"][keep][jj]
         out[hit, 1] = off["waker_pid"][keep][jj]
         out[hit, 2] = (off["ts_ns"] + off["wake"])[keep][jj]
+    return out
+
+
+PRODUCER_PARTS = {0: "cpu", FETCH: "fetch", GET: "fetch", BACKOFF: "backoff",
+                  STARVED: "starved", TRANSFER: "transfer", OTHER: "blocked", IDLE: "idle"}
+
+
+def pipeline_costs(tl: Timelines, lp: Loop, eps: np.ndarray, per: np.ndarray,
+                   hi: int, readers: set, compute_cpu_share: float) -> Optional[dict]:
+    """What each batch cost the input pipeline in the window's steady part
+    (from the end of the loop's first wait, which holds the start-up, to the
+    window's end), for the what-if model (whatif.py): the loop's steps, its
+    time outside its waits (compute) and inside them on its own CPU
+    (`loop_serial_s`: unpacking, collating, or, for a loop that loads
+    itself, its decoding), and each producer's seconds by state: on CPU
+    (`cpu`, its prep), blocked in storage reads or object GETs (`fetch`),
+    backing off, runnable (`starved`), handing over (`transfer`), blocked
+    otherwise (`blocked`, `idle`), and its time alive in that part (`alive`).
+    None with fewer than 3 waits."""
+    if len(eps) < 3:
+        return None
+    s0 = int(eps[0, 1])
+    if hi <= s0:
+        return None
+    rest = per[1:] / 1e9
+    col = {k: i for i, k in enumerate(STALL_KEYS)}
+    span = (hi - s0) / 1e9
+    wait = ivl.total(eps[1:]) / 1e9
+    out = {"from_ns": s0, "steps": len(eps) - 1, "span_s": span, "data_wait_s": wait,
+           "compute_s": span - wait, "compute_cpu_s": (span - wait) * compute_cpu_share,
+           "how": lp.how, "producers": []}
+    if lp.how == "self-loading":
+        # the loop is its own producer: what it did inside its waits
+        out["loop_serial_s"] = float(rest[:, col["transfer"]].sum())
+        out["producers"].append({"tid": lp.tid, "cpu": float(rest[:, col["loop_cpu"]].sum()),
+                                 "fetch": float(rest[:, col["fetch"]].sum()),
+                                 "starved": float(rest[:, col["cpu_starved"]].sum()),
+                                 "backoff": 0.0, "transfer": 0.0, "blocked": 0.0,
+                                 "idle": 0.0, "alive": span})
+        return out
+    out["loop_serial_s"] = float(rest[:, col["loop_cpu"]].sum() + rest[:, col["transfer"]].sum())
+    win = np.array([[s0, hi]], dtype=np.int64)
+    for tid in lp.producers:
+        s, e, lab, _ = _paint_producer(tl, tid, win, readers,
+                                       tid not in readers and _relays(tl, tid, s0, hi))
+        d = (e - s) / 1e9
+        got = dict.fromkeys(("cpu", "fetch", "backoff", "starved", "transfer", "blocked", "idle"),
+                            0.0)
+        for code, key in PRODUCER_PARTS.items():
+            got[key] += float(d[lab == code].sum())
+        # alive: a DataLoader's workers of one epoch exit and the next's start
+        got["alive"] = ivl.total(ivl.clip(tl.alive(tid), s0, hi)) / 1e9
+        out["producers"].append({"tid": int(tid), **got})
     return out
 
 
@@ -950,6 +1007,13 @@ def analyse(con, th: dict, t0: int, t1: int,
                 per[:, xfer] -= np.minimum(mine, per[:, xfer])
                 per[:, lc] += mine
         costs.append(cost)
+        pipe = None if rl is not None else pipeline_costs(
+            tl, lp, eps, per, hi, readers,
+            b["compute_cpu"] / b["compute"] if b["compute"] > 0 else 0.0)
+        if pipe:
+            pipe["bytes_read"] = int(con.execute(
+                "select coalesce(sum(nbytes), 0) from data_reads where ts_ns >= ? and ts_ns < ?",
+                [pipe["from_ns"], hi]).fetchone()[0])
         for k in budget:
             budget[k] += b[k]
         for i, k in enumerate(STALL_KEYS):
@@ -962,7 +1026,8 @@ def analyse(con, th: dict, t0: int, t1: int,
                          "producers": len(lp.producers), "data_waits": n,
                          **_loader_info(con, lp, eps, lo, hi),
                          **{f"{k}_s": round(v, 6) for k, v in b.items()},
-                         "data_wait_share": b["data_wait"] / b["window"] if b["window"] else None})
+                         "data_wait_share": b["data_wait"] / b["window"] if b["window"] else None,
+                         "pipeline": pipe})
     tot = sum(stall.values())
     shares = {k: (v / tot if tot > 0 else 0.0) for k, v in stall.items()}
     if sum(len(c[0]) for c in costs):

@@ -32,6 +32,7 @@ def render_text(report, console: Console, verbose: bool = False) -> None:
                             if w["source"] == "detected" else " (--window)"), style="dim"))
     console.print(Panel(Group(*head), title=f"iotrace report: {report.trace}",
                         title_align="left"))
+    _whatif(report, console)
     if not report.findings:
         console.print("[green]No findings: nothing in this trace crosses a threshold.[/green]")
     shown = report.findings if verbose else [f for f in report.findings if f.severity != "info"]
@@ -86,3 +87,24 @@ def render_text(report, console: Console, verbose: bool = False) -> None:
                       "--verbose shows them and every finding's evidence.[/dim]")
     for e in report.errors:
         console.print(f"[red]rule {e['rule']} failed:[/red] {e['error']}")
+
+
+def _whatif(report, console: Console, top: int = 3) -> None:
+    """The changes the model predicts to help most (at least 2 AU points),
+    against the model's own AU for the configuration traced."""
+    w = getattr(report, "whatif", None) or {}
+    b = w.get("baseline")
+    if not b or b.get("model_au") is None:
+        return
+    ref = b["model_au"]
+    gains = sorted((e for e in w["whatif"] if e.get("predicted_au") is not None
+                    and e["predicted_au"] - ref >= 0.02 and e["settings"].get("compute") is None),
+                   key=lambda e: -e["predicted_au"])[:top]
+    if not gains:
+        return
+    lines = [Text(f"{e['scenario']}: AU {ref:.0%} -> {e['predicted_au']:.0%}, then limited by "
+                  f"{e['limited_by']}") for e in gains]
+    lines.append(Text(f"(the model of this pipeline puts it at {ref:.0%}"
+                      + (", roughly" if b["rough"] else "")
+                      + "; `iotrace whatif` for every scenario and --set for yours)", style="dim"))
+    console.print(Panel(Group(*lines), title="what would help (predicted)", title_align="left"))

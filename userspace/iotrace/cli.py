@@ -906,6 +906,10 @@ from .cli_perfetto import register as register_perfetto  # noqa: E402  (export, 
 
 register_perfetto(cli, say, fail)
 
+from .cli_whatif import register as register_whatif  # noqa: E402
+
+register_whatif(cli, CONTEXT, fail)
+
 
 def main(argv: Optional[list[str]] = None) -> None:
     try:

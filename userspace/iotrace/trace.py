@@ -109,7 +109,7 @@ def read_meta(root: Path) -> dict:
 # read as such when present).
 _META_TYPES: dict[str, tuple[type, ...]] = {
     **{k: (dict,) for k in ("options", "probes", "counters", "block_devices", "clock",
-                            "exit_status", "drops_by_op")},
+                            "exit_status", "drops_by_op", "machine")},
     **{k: (int,) for k in ("events", "drops", "start_monotonic_ns", "start_realtime_ns",
                            "end_monotonic_ns", "duration_ns", "root_pid", "event_parts",
                            "events_parquet_bytes", "files", "processes", "threads")},

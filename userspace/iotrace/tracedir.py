@@ -151,6 +151,42 @@ def threads_table(model: Model) -> pa.Table:
     return pa.table(cols, schema=THREADS_SCHEMA)
 
 
+def _cgroup_cpu_limit() -> Optional[float]:
+    """CPUs this process's cgroup may use (cgroup v2 cpu.max, v1 CFS quota),
+    or None without a limit."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            hid, ctrl, path = line.split(":", 2)
+            if hid == "0":
+                f = Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max"
+                q, per = f.read_text().split()[:2]
+                return None if q == "max" else int(q) / int(per)
+            if "cpu" in ctrl.split(","):
+                d = Path("/sys/fs/cgroup") / ctrl / path.lstrip("/")
+                q = int((d / "cpu.cfs_quota_us").read_text())
+                return None if q < 0 else q / int((d / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def machine_info() -> dict:
+    """The CPUs and memory the job could use, for the what-if model: CPUs
+    online, those this process (and a job it starts) may run on, its
+    cgroup's CPU limit, and the memory (MemTotal, MemAvailable) at start."""
+    mem = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            k, v = line.split(":", 1)
+            if k in ("MemTotal", "MemAvailable"):
+                mem[k] = int(v.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return {"cpus_online": os.cpu_count(), "cpus_allowed": len(os.sched_getaffinity(0)),
+            "cgroup_cpu_limit": _cgroup_cpu_limit(), "mem_total_bytes": mem.get("MemTotal"),
+            "mem_available_bytes": mem.get("MemAvailable")}
+
+
 def base_meta(command: Optional[list[str]], mode: str, options: dict) -> dict:
     uname = platform.uname()
     return {
@@ -164,6 +200,7 @@ def base_meta(command: Optional[list[str]], mode: str, options: dict) -> dict:
         "arch": uname.machine,
         "command": command,
         "options": options,
+        "machine": machine_info(),
         "events": 0,
         "drops": 0,
     }

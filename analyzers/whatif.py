@@ -1,0 +1,296 @@
+"""What would help: the AU of a change to the input pipeline, predicted from
+one trace (`iotrace whatif`, the report's `whatif`).
+
+The model (docs/whatif.md) is a pipeline in steady state, fitted to what the
+trace measured in the window after the loop's first wait
+(waits.pipeline_costs): per batch, the loop's compute c (its time outside
+its waits; c_cpu of it on CPU) and its own work inside next() s (unpacking,
+collating; for a loop that loads itself, none: its loading is the producer);
+each producer's time per batch fetching f (blocked in storage reads or object
+GETs, the client's backoff included), preparing on CPU r and handing over x;
+P producers (the ones that fetched or prepared); K usable CPUs (the job's
+affinity and cgroup quota, meta.json `machine`); and, where the producers
+fetched most of their busy time, the storage's rate as measured, a ceiling
+shared by all of them. Batches come at the rate of the slowest stage:
+
+    producers   P / (f + r + x)             each producer turns out a batch
+    CPU         K / (r + x + s + c_cpu)     the CPU time a step needs, on K CPUs
+    storage     R / b                       R the storage's rate, b bytes a batch
+    the loop    1 / (c + s)                 it cannot go faster than its steps
+
+and AU = c x rate, the stages' times combined as a smooth maximum (_step).
+A loop that loads itself (num_workers=0) is one producer that is also the
+loop: its step is c + f + r, one after the other. The measured step over
+the model's for the measured configuration (`calibration`) says how much the
+model explains: more than 25% off and the predictions are marked rough. Each
+scenario changes the inputs and names the stage that limits.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+from iotrace.errors import EXIT_USAGE, IotraceError
+
+from .rates import parse_rate
+
+# producers' fetch over their busy time from which the storage is taken to be
+# at its ceiling (its measured rate then caps any number of producers)
+STORAGE_BOUND_SHARE = 0.5
+ROUGH = 0.25            # |calibration - 1| above which predictions are rough
+SMOOTH = 8              # the norm that combines the stages' times (_step)
+
+SETTINGS = {
+    "workers": "producers (DataLoader workers, reader threads): N or Nx",
+    "read_bw": "storage read rate: a rate (2GiB/s, 100MB/s) or a factor (2x)",
+    "cached": "the dataset read from the page cache: yes",
+    "compute": "the loop's compute per step: a factor (0.5x: an accelerator twice as fast; "
+               "the loop's own CPU time around it stays) or seconds (0.05)",
+    "cores": "usable CPUs: N or Nx",
+}
+
+
+def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dict:
+    """The model's inputs from the loop's measured pipeline (per batch)."""
+    n = max(pipe["steps"], 1)
+    prods = [p for p in pipe["producers"] if p["cpu"] + p["fetch"] + p["backoff"] > 0]
+    tot = {k: sum(p[k] for p in prods) for k in ("cpu", "fetch", "backoff", "transfer",
+                                                  "starved")}
+    busy = sum(tot.values())
+    inp = {
+        "how": pipe["how"],
+        "steps": pipe["steps"],
+        "step_s": pipe["span_s"] / n,
+        "compute_s": pipe["compute_s"] / n,
+        "compute_cpu_s": pipe["compute_cpu_s"] / n,
+        "loop_serial_s": pipe["loop_serial_s"] / n,
+        # producers at a time: their time alive over the span (a DataLoader
+        # starts new workers each epoch: two epochs of one worker are one)
+        "producers": max(1, round(sum(p["alive"] for p in prods) / pipe["span_s"]))
+        if prods and pipe["span_s"] > 0 else len(prods),
+        # per batch, of one producer: its time divided among the batches
+        "fetch_s": (tot["fetch"] + tot["backoff"]) / n,
+        "prep_cpu_s": tot["cpu"] / n,
+        "transfer_s": tot["transfer"] / n,
+        "cpus": usable_cpus(machine),
+        "bytes_per_step": bytes_read / n if bytes_read else None,
+        "storage_bytes_per_s": None,
+    }
+    # each batch is made by one producer: the producers' summed busy time
+    # over the batches is what one batch costs one producer (their time
+    # blocked otherwise, waiting for room or work, and runnable, waiting for
+    # a CPU, is not: the CPU stage accounts for CPUs)
+    if busy > 0 and (tot["fetch"] + tot["backoff"]) / busy >= STORAGE_BOUND_SHARE \
+            and bytes_read and pipe["span_s"] > 0:
+        inp["storage_bytes_per_s"] = bytes_read / pipe["span_s"]
+    return inp
+
+
+def usable_cpus(machine: Optional[dict]) -> Optional[float]:
+    if not machine:
+        return None
+    k = [x for x in (machine.get("cpus_allowed"), machine.get("cgroup_cpu_limit")) if x]
+    return float(min(k)) if k else None
+
+
+def _rates(m: dict) -> dict:
+    """Batches a second each stage allows (inf: no limit)."""
+    c, s = m["compute_s"], m["loop_serial_s"]
+    f, r, x = m["fetch_s"], m["prep_cpu_s"], m["transfer_s"]
+    inf = math.inf
+    if m["how"] == "self-loading":
+        per = c + s + f + r
+        out = {"the loop loading its own data": 1 / per if per > 0 else inf}
+    else:
+        out = {"the loop's compute": 1 / (c + s) if c + s > 0 else inf,
+               "producers": (m["producers"] / (f + r + x)) if m["producers"] and f + r + x > 0
+               else inf}
+    cpu = r + x + s + m["compute_cpu_s"]
+    if m["cpus"] and cpu > 0:
+        out["CPU"] = m["cpus"] / cpu
+    if m["storage_bytes_per_s"] and m["bytes_per_step"]:
+        out["storage"] = m["storage_bytes_per_s"] / m["bytes_per_step"]
+    return out
+
+
+def _step(m: dict) -> tuple[float, str]:
+    """The step time: the stages' times (1 / rate) combined as a smooth
+    maximum (their SMOOTH-norm): stages of about the same pace make each
+    other wait (a batch late from one is late for the next), so two equal
+    stages take about 9% longer than either alone; one far slower stage
+    sets the pace alone. And the slowest stage."""
+    rates = {k: v for k, v in _rates(m).items() if v < math.inf}
+    if not rates:
+        return 0.0, "nothing"
+    name = min(rates, key=rates.get)
+    return sum((1 / v) ** SMOOTH for v in rates.values()) ** (1 / SMOOTH), name
+
+
+def predict(base: dict, changes: dict) -> dict:
+    """The inputs changed (scenario): their step time, AU and the stage that
+    limits then."""
+    m = dict(base)
+    m.update(changes.get("_set", {}))
+    t, lim = _step(m)
+    au = min(m["compute_s"] / t, 1.0) if t > 0 else None
+    return {"step_s": round(t, 6), "predicted_au": round(au, 4) if au is not None else None,
+            "limited_by": lim}
+
+
+def parse_set(text: str) -> dict:
+    """--set workers=8,read_bw=2GiB/s,cores=16,compute=0.5x -> {key: (value, is_factor)}."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, val = part.partition("=")
+        key = key.strip()
+        if not eq or key not in SETTINGS:
+            raise IotraceError(f"--set {part!r}: give KEY=VALUE with KEY one of "
+                               f"{', '.join(SETTINGS)} (e.g. --set workers=8,read_bw=2GiB/s)",
+                               EXIT_USAGE)
+        val = val.strip()
+        if key == "cached":
+            if val.lower() not in ("yes", "true", "1"):
+                raise IotraceError(f"--set cached={val}: only cached=yes is a scenario",
+                                   EXIT_USAGE)
+            out[key] = (True, False)
+            continue
+        fac = re.fullmatch(r"([0-9.]+)x", val)
+        if fac:
+            out[key] = (float(fac.group(1)), True)
+        elif key == "read_bw":
+            try:
+                out[key] = (parse_rate(val), False)
+            except ValueError as e:
+                raise IotraceError(f"--set {part!r}: {e}, or as a factor (2x)",
+                                   EXIT_USAGE) from None
+        else:
+            try:
+                out[key] = (float(val), False)
+            except ValueError:
+                raise IotraceError(f"--set {part!r}: {key} takes {SETTINGS[key]}",
+                                   EXIT_USAGE) from None
+        if out[key][0] <= 0:
+            raise IotraceError(f"--set {part!r}: must be above 0", EXIT_USAGE)
+    return out
+
+
+def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
+    """The model's inputs under settings ({key: (value, is_factor)}), or why
+    the model cannot predict it."""
+    m: dict = {}
+    for key, (val, factor) in settings.items():
+        if key == "workers":
+            if base["how"] == "self-loading":
+                return {}, ("the loop loads its own data (num_workers=0): moving that work to "
+                            "worker processes costs handing batches over, which this trace "
+                            "did not measure")
+            if not base["producers"]:
+                return {}, "no producer was measured"
+            n = base["producers"] * val if factor else val
+            m["producers"] = n
+        elif key == "read_bw":
+            if base["fetch_s"] <= 0:
+                continue                    # nothing read from storage: no change
+            cur = base["storage_bytes_per_s"]
+            k = val if factor else (val / cur if cur else None)
+            if k is None:
+                return {}, ("the storage was not the limit (its rate is not measured as a "
+                            "ceiling): give a factor, read_bw=2x")
+            m["fetch_s"] = base["fetch_s"] / k
+            if cur:
+                m["storage_bytes_per_s"] = cur * k
+        elif key == "cached":
+            m["fetch_s"] = 0.0
+            m["storage_bytes_per_s"] = None
+        elif key == "compute":
+            c, cpu = base["compute_s"], base["compute_cpu_s"]
+            if not factor:                  # seconds: the loop's compute a step
+                m["compute_s"], m["compute_cpu_s"] = val, min(cpu, val)
+            elif c <= 0:
+                return {}, "the loop had no compute to scale"
+            elif c - cpu >= 0.5 * c:
+                # a faster accelerator speeds up what runs on it (the loop's
+                # time on a device or asleep), not the loop's own Python
+                # around it
+                m["compute_s"] = cpu + (c - cpu) * val
+            else:                           # a loop that computes on its CPU: whole
+                m["compute_s"], m["compute_cpu_s"] = c * val, cpu * val
+        elif key == "cores":
+            if not base["cpus"]:
+                return {}, ("the trace does not record the machine's CPUs (meta.json "
+                            "`machine`, recorded since iotrace 0.x: trace again)")
+            m["cpus"] = base["cpus"] * val if factor else val
+    return {"_set": m}, None
+
+
+def label(settings: dict, base: dict) -> str:
+    parts = []
+    for key, (val, factor) in settings.items():
+        if key == "cached":
+            parts.append("dataset in the page cache")
+        elif factor:
+            parts.append(f"{key} x{val:g}")
+        else:
+            parts.append(f"{key}={val:g}")
+    return ", ".join(parts)
+
+
+def standard(base: dict) -> list[dict]:
+    """The scenarios asked of every trace."""
+    out = []
+    if base["how"] != "self-loading" and base["producers"]:
+        p = base["producers"]
+        out.append({"workers": (p * 2, False)})
+        if p >= 2:
+            out.append({"workers": (max(p // 2, 1), False)})
+    out += [{"read_bw": (2.0, True)}, {"read_bw": (0.5, True)}, {"cached": (True, False)},
+            {"compute": (0.5, True)}, {"cores": (2.0, True)}]
+    return out
+
+
+REQUEST_SIZE = ("read requests of 4 MiB", "the model has no request-size term: the measured "
+                "fetch time per batch is not split into per-request latency and transfer")
+
+
+def analyse(verdict: dict, meta: dict, settings: Optional[dict] = None) -> dict:
+    """{"baseline": {...}, "whatif": [...]}: the standard scenarios (or the one
+    in settings) for the verdict's first loop. Each entry: scenario,
+    predicted_au (0..1, or null with `cannot` saying why), limited_by,
+    step_s; the baseline has the model's inputs and its calibration."""
+    loops = verdict.get("loops") or []
+    pipe = loops[0].get("pipeline") if loops else None
+    if not pipe:
+        why = ("no training loop was found" if not loops else
+               "the loop's steps run in a framework's runtime (model.fit): its pipeline's "
+               "stages are not measured per batch" if loops[0].get("step_runner") else
+               "fewer than 3 data waits after the first: too little to fit the model")
+        return {"baseline": None, "whatif": [], "cannot": why}
+    base = fit(pipe, meta.get("machine"), pipe.get("bytes_read"))
+    t0, lim0 = _step(base)
+    cal = base["step_s"] / t0 if t0 > 0 else None
+    measured_au = base["compute_s"] / base["step_s"] if base["step_s"] > 0 else None
+    baseline = {"measured_au": round(measured_au, 4) if measured_au is not None else None,
+                "model_au": round(min(base["compute_s"] / t0, 1.0), 4) if t0 > 0 else None,
+                "limited_by": lim0, "calibration": round(cal, 3) if cal else None,
+                "rough": cal is None or abs(cal - 1) > ROUGH,
+                "inputs": {k: (round(v, 6) if isinstance(v, float) else v)
+                           for k, v in base.items()}}
+    out = []
+    for sc in ([settings] if settings else standard(base)):
+        changes, why = apply(base, sc)
+        entry = {"scenario": label(sc, base),
+                 "settings": {k: (f"{v:g}x" if f else v) for k, (v, f) in sc.items()}}
+        if why:
+            entry.update(predicted_au=None, limited_by=None, cannot=why)
+        else:
+            entry.update(predict(base, changes))
+            if sc.get("cached") and meta.get("machine", {}).get("mem_available_bytes"):
+                size = verdict.get("dataset_bytes") or verdict.get("bytes_read")
+                entry["fits_in_memory"] = bool(size and
+                                               size <= meta["machine"]["mem_available_bytes"])
+        out.append(entry)
+    if not settings:
+        out.append({"scenario": REQUEST_SIZE[0], "settings": {}, "predicted_au": None,
+                    "limited_by": None, "cannot": REQUEST_SIZE[1]})
+    return {"baseline": baseline, "whatif": out}

@@ -1,0 +1,157 @@
+"""What-if predictions against running the change: one configuration is
+traced, the model (analyzers/whatif.py) predicts others, and those others
+are run untraced; their own AU (the loop's clock around next(), DLIO's AU)
+is the ground truth, within 5 points. Predictions are of the AU after the
+first step (the steady state), and are compared with that."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from iotrace.analyzers import whatif
+from iotrace.analyzers.base import Targets
+from iotrace.analyzers.report import build_report
+
+from conftest import WORKLOADS, cold_throttled_reads, iotrace_cmd, needs_root, trace_run
+
+pytestmark = needs_root()
+POINTS = 0.05
+
+
+def own_au(path) -> float:
+    """The loop's own AU without its first step (train_loader.py's clock)."""
+    t = json.loads(path.read_text())
+    w = t["wait_s"]
+    return 1 - sum(w[1:]) / (t["loop_window_s"] - w[0])
+
+
+def predicted(report, meta, setting: str) -> dict:
+    got = whatif.analyse(report.verdict, meta, whatif.parse_set(setting))["whatif"][0]
+    assert got["predicted_au"] is not None, got
+    return got
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    pytest.importorskip("torch")
+    d = tmp_path_factory.mktemp("whatif") / "ds"
+    d.mkdir()
+    for i in range(48):
+        (d / f"sample_{i:03d}.bin").write_bytes(bytes([i]) * (1 << 20))
+    return d
+
+
+def loader(data, out, workers: int) -> list[str]:
+    # each sample costs a worker 20 ms of its CPU, a step 20 ms of sleep
+    return [sys.executable, str(WORKLOADS / "train_loader.py"), str(data), str(out),
+            "--loader", "torch", "--workers", str(workers), "--prep", "0.02",
+            "--compute", "0.02", "--compute-kind", "sleep", "--epochs", "2"]
+
+
+def test_more_workers_then_the_cpus_limit(tmp_path, samples):
+    """One DataLoader worker, prep-bound (AU ~25%): 2 workers double the
+    batches until the 2 CPUs are busy, and 4 add nothing: the prediction
+    must see the CPU limit (4 workers on 2 cores). Then both are run."""
+    proc, trace = trace_run(tmp_path / "t", *loader(samples, tmp_path / "own1.json", 1))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = build_report(trace, Targets(), rules=False)
+    base = report.whatif["baseline"]
+    assert base["limited_by"] == "producers" and not base["rough"], base
+    assert base["measured_au"] == pytest.approx(own_au(tmp_path / "own1.json"), abs=0.03)
+    for n in (2, 4):
+        p = predicted(report, trace.meta, f"workers={n}")
+        subprocess.run(loader(samples, tmp_path / f"own{n}.json", n), check=True,
+                       capture_output=True)
+        ran = own_au(tmp_path / f"own{n}.json")
+        print(f"{n} workers: predicted {p['predicted_au']:.1%} ({p['limited_by']}), ran {ran:.1%}")
+        assert p["predicted_au"] == pytest.approx(ran, abs=POINTS), (p, ran)
+        if n == 4:
+            assert p["limited_by"] == "CPU", p
+
+
+def test_compute_halved_and_doubled(tmp_path, samples):
+    """Two workers, 20 ms of compute a step: halving it (a faster
+    accelerator) leaves the loop waiting more; doubling it less."""
+    proc, trace = trace_run(tmp_path / "t", *loader(samples, tmp_path / "own.json", 2))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = build_report(trace, Targets(), rules=False)
+    for factor, compute in ((0.5, "0.01"), (2.0, "0.04")):
+        p = predicted(report, trace.meta, f"compute={factor}x")
+        cmd = loader(samples, tmp_path / "ran.json", 2)
+        cmd[cmd.index("--compute") + 1] = compute
+        subprocess.run(cmd, check=True, capture_output=True)
+        ran = own_au(tmp_path / "ran.json")
+        print(f"compute x{factor}: predicted {p['predicted_au']:.1%} ({p['limited_by']}), "
+              f"ran {ran:.1%}")
+        assert p["predicted_au"] == pytest.approx(ran, abs=POINTS), (p, ran)
+
+
+def test_cli(tmp_path, samples):
+    proc, trace = trace_run(tmp_path / "t", *loader(samples, tmp_path / "own.json", 1))
+    assert proc.returncode == 0
+    res = iotrace_cmd("whatif", str(tmp_path / "t"), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    w = json.loads(res.stdout)
+    names = [e["scenario"] for e in w["whatif"]]
+    assert names[0] == "workers=2" and "dataset in the page cache" in names, names
+    assert all(0 <= e["predicted_au"] <= 1 for e in w["whatif"] if e["predicted_au"] is not None)
+    assert any(e["predicted_au"] is None and e["cannot"] for e in w["whatif"])
+    text = iotrace_cmd("whatif", str(tmp_path / "t"), "--set", "workers=2")
+    assert text.returncode == 0 and "workers=2" in text.stdout and "limited by" in text.stdout
+    bad = iotrace_cmd("whatif", str(tmp_path / "t"), "--set", "gpus=2")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    rep = iotrace_cmd("report", str(tmp_path / "t"), "--format", "json")
+    assert json.loads(rep.stdout)["whatif"]["whatif"][0]["scenario"] == "workers=2"
+
+
+def test_storage_rate_and_cache_then_dlio(tmp_path):
+    """DLIO (its PyTorch loader, 2 workers, 0.05 s compute) over cold data,
+    the storage throttled to 50 MB/s: predict 100 and 25 MB/s and the data
+    in the page cache; run DLIO so (untraced) and hold each prediction to
+    DLIO's own AU (which leaves the first step out, as the model does)."""
+    pytest.importorskip("dlio_benchmark")
+    import test_dlio as dl
+    gen = tmp_path / "gen"
+    data = tmp_path / "data"
+    subprocess.run(dl.dlio_args(data, gen, "++workload.workflow.generate_data=True",
+                                "++workload.workflow.train=False"),
+                   env=dl.ENV, check=True, capture_output=True, timeout=300)
+    compute = "++workload.train.computation_time=0.05"
+
+    def dlio_au(prefix=(), traced=False):
+        out = tmp_path / "out"
+        cmd = [*prefix, *dl.dlio_args(data, out, compute)]
+        if traced:
+            proc, trace = trace_run(tmp_path / "t", *cmd, env=dl.ENV)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        else:
+            subprocess.run(cmd, env=dl.ENV, check=True, capture_output=True, timeout=600)
+            trace = None
+        m = json.loads((out / "summary.json").read_text())["metric"]
+        return m["train_au_mean_percentage"] / 100, trace
+
+    with cold_throttled_reads(data, 50_000_000) as prefix:
+        measured, trace = dlio_au(prefix, traced=True)
+    report = build_report(trace, Targets(), rules=False)
+    base = report.whatif["baseline"]
+    assert base["inputs"]["storage_bytes_per_s"], base      # the storage was the limit
+    assert base["limited_by"] == "storage", base
+    print(f"50 MB/s: DLIO {measured:.1%}, measured {base['measured_au']:.1%}, "
+          f"model {base['model_au']:.1%}")
+    for setting, bps in (("read_bw=100MB/s", 100_000_000), ("read_bw=25MB/s", 25_000_000),
+                         ("cached=yes", None)):
+        p = predicted(report, trace.meta, setting)
+        if bps:
+            with cold_throttled_reads(data, bps) as prefix:
+                ran, _ = dlio_au(prefix)
+        else:
+            for f in (data / "train").iterdir():
+                f.read_bytes()
+            ran, _ = dlio_au()
+        print(f"{setting}: predicted {p['predicted_au']:.1%} ({p['limited_by']}), "
+              f"DLIO {ran:.1%}")
+        assert p["predicted_au"] == pytest.approx(ran, abs=POINTS), (p, ran)
+
