@@ -1011,9 +1011,11 @@ def analyse(con, th: dict, t0: int, t1: int,
             tl, lp, eps, per, hi, readers,
             b["compute_cpu"] / b["compute"] if b["compute"] > 0 else 0.0)
         if pipe:
+            # fetchall: a fetchone leaves the result open, and DuckDB then
+            # refuses to register a table on the connection
             pipe["bytes_read"] = int(con.execute(
                 "select coalesce(sum(nbytes), 0) from data_reads where ts_ns >= ? and ts_ns < ?",
-                [pipe["from_ns"], hi]).fetchone()[0])
+                [pipe["from_ns"], hi]).fetchall()[0][0])
         for k in budget:
             budget[k] += b[k]
         for i, k in enumerate(STALL_KEYS):

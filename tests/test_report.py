@@ -274,7 +274,7 @@ def test_report_says_each_step_it_takes(tmp_path):
     rules = [rule.id for rule in all_rules()]
     assert steps == (["reading the events", "the training loop's waits"] +
                      [f"rule {i} of {len(rules)}: {rid}" for i, rid in enumerate(rules, 1)] +
-                     ["the verdict"])
+                     ["the verdict", "what would help"])
     assert r.rules_run == rules
 
 
