@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from iotrace.storage_io import REQ_OP_READ
 from iotrace.abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, OPEN_OPS, POLL_OPS, READ_OPS,
                          RECV_OPS, SLEEP_OPS, SYNC_OPS, WRITE_OPS, sql_list)
 
@@ -1015,6 +1016,13 @@ def analyse(con, th: dict, t0: int, t1: int,
             # refuses to register a table on the connection
             pipe["bytes_read"] = int(con.execute(
                 "select coalesce(sum(nbytes), 0) from data_reads where ts_ns >= ? and ts_ns < ?",
+                [pipe["from_ns"], hi]).fetchall()[0][0])
+            # what the block devices completed meanwhile: a throttled or busy
+            # device's pace (the reads' bytes count readahead brought earlier)
+            pipe["device_bytes_read"] = int(con.execute(
+                f"""select coalesce(sum(req_bytes), 0) from events where op = 'block_rq'
+                    and ret = 0 and flags & 255 = {REQ_OP_READ}
+                    and ts_ns + dur_ns >= ? and ts_ns + dur_ns < ?""",
                 [pipe["from_ns"], hi]).fetchall()[0][0])
         for k in budget:
             budget[k] += b[k]
