@@ -136,8 +136,7 @@ def _step(m: dict) -> tuple[float, str]:
 def predict(base: dict, changes: dict) -> dict:
     """The inputs changed (scenario): their step time, AU and the stage that
     limits then."""
-    m = dict(base)
-    m.update(changes.get("_set", {}))
+    m = {**base, **changes}
     t, lim = _step(m)
     au = min(m["compute_s"] / t, 1.0) if t > 0 else None
     return {"step_s": round(t, 6), "predicted_au": round(au, 4) if au is not None else None,
@@ -227,10 +226,10 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
                 return {}, ("the trace does not record the machine's CPUs (meta.json "
                             "`machine`, recorded since iotrace 0.x: trace again)")
             m["cpus"] = base["cpus"] * val if factor else val
-    return {"_set": m}, None
+    return m, None
 
 
-def label(settings: dict, base: dict) -> str:
+def label(settings: dict) -> str:
     parts = []
     for key, (val, factor) in settings.items():
         if key == "cached":
@@ -285,7 +284,7 @@ def analyse(verdict: dict, meta: dict, settings: Optional[dict] = None) -> dict:
     out = []
     for sc in ([settings] if settings else standard(base)):
         changes, why = apply(base, sc)
-        entry = {"scenario": label(sc, base),
+        entry = {"scenario": label(sc),
                  "settings": {k: (f"{v:g}x" if f else v) for k, (v, f) in sc.items()}}
         if why:
             entry.update(predicted_au=None, limited_by=None, cannot=why)
