@@ -128,10 +128,16 @@ def test_compute_bound_dlio_passes_au(tmp_path, data):
     """0.2 s of compute a step, data in the page cache: DLIO ~97% AU."""
     warm(data)
     m, v, _ = run_dlio(tmp_path, data, "++workload.train.computation_time=0.2")
-    theirs = m["train_au_mean_percentage"] / 100
+    # Held to DLIO's clock around next() (the verdict's definition): its
+    # headline counts only its nominal compute and fell to 93.0% on a loaded
+    # machine while its own waits (0.133 s) and iotrace's (0.139 s) agreed.
+    theirs = dlio_own_au(tmp_path / "dlio")
+    headline = m["train_au_mean_percentage"] / 100
     # DLIO leaves the first step out of its AU: so does the figure compared
     ours = v["after_first_step"]["accelerator_utilization"]
-    assert ours == pytest.approx(theirs, abs=0.03), (theirs, v["summary"])
+    assert ours == pytest.approx(theirs, abs=0.03), (theirs, headline, v["summary"])
+    # the headline is lower by the loop's time between its steps, never higher
+    assert ours >= headline - 0.01, (headline, v["summary"])
     assert v["status"] == ("not-io-bound" if theirs >= 0.9 else "io-bound"), v["summary"]
     assert v["loops"][0]["how"] == "worker-processes"
 
