@@ -34,7 +34,9 @@ class Finding:
     examples: list[dict] = field(default_factory=list)       # {"ts_ns", "pid", "tid", "what"}
     impact_s: Optional[float] = None      # time of the training loop this explains
     impact_share: Optional[float] = None  # of the training window
-    saving_s: Optional[float] = None      # what fixing it would save, at most
+    saving_s: Optional[float] = None      # what fixing it would save (finding_savings.py)
+    saving_basis: Optional[str] = None    # "model": the what-if model's; "bound": at most
+    saving_change: Optional[str] = None   # the change the model was asked, and what then limits
     rule_severity: Optional[str] = None   # what the rule's own thresholds said, before impact
 
     def to_dict(self) -> dict:

@@ -10,6 +10,7 @@ from iotrace.errors import EXIT_USAGE, IotraceError
 
 from .base import Context, Finding, Rule, Targets, severity_rank
 from .impact import apply_impact
+from .finding_savings import apply_savings
 from .registry import all_rules
 from .thresholds import load_thresholds
 from . import whatif
@@ -127,6 +128,7 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
     findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_s or 0)))
     from .checkpoint_burst import report_entry
     say("what would help")
+    apply_savings(ctx, findings, verdict)
     return Report(trace=str(trace.root), targets=targets, verdict=verdict,
                   findings=findings, rules_run=ran, errors=errors, loop_states=waits.states,
                   checkpoints=[report_entry(b, bool(ctx.loop_tids)) for b in ctx.checkpoints],

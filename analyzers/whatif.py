@@ -81,7 +81,9 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
     # over the batches is what one batch costs one producer (their time
     # blocked otherwise, waiting for room or work, and runnable, waiting for
     # a CPU, is not: the CPU stage accounts for CPUs)
-    if busy > 0 and (tot["fetch"] + tot["backoff"]) / busy >= STORAGE_BOUND_SHARE \
+    # (their backoff after refused requests is the client's sleep, not the
+    # storage delivering: a throttled store's pace is no bandwidth ceiling)
+    if busy > 0 and tot["fetch"] / busy >= STORAGE_BOUND_SHARE \
             and bytes_read and pipe["span_s"] > 0:
         # the device's completions where it served the reads (the reads
         # themselves also count what readahead brought before the window:

@@ -42,7 +42,10 @@ def render_text(report, console: Console, verbose: bool = False) -> None:
         parts = [Text(f.summary)]
         if not verbose:
             parts.append(Text.assemble(("what to change: ", "bold"), f.recommendation))
-            if f.saving_s:
+            if f.saving_s and f.saving_basis == "model":
+                parts.append(Text(f"would save about {human_s(f.saving_s)} of the loop's time "
+                                  f"(what-if model: {f.saving_change})", style="dim"))
+            elif f.saving_s:
                 parts.append(Text(f"would save up to {human_s(f.saving_s)} of the loop's time",
                                   style="dim"))
             console.print(Panel(Group(*parts), title=head, title_align="left",

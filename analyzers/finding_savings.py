@@ -1,0 +1,131 @@
+"""What fixing a finding would save the training loop: the what-if model's
+prediction (whatif.py) of the change the finding recommends, where the
+model could be fitted to the trace; else the bound impact.py set (the
+loop's wait during the finding's calls, times the share its fix removes).
+
+A finding about how the producers get their data (small reads, random
+access, metadata calls, NFS, refused or small object requests...) is
+modelled as the producers' own time in the finding's calls, per batch,
+shortened by the share its fix removes (impact.SAVING; the rest is the
+data's own transfer): from their fetch time first, the rest from their CPU
+time. A throttled store's fix takes away the producers' time in refused
+requests and their backoffs whole. A device at its limit is modelled as a
+device twice as fast (read_bw x2); reads below the target as reads at the
+target. The model then says what that buys: nothing where another stage
+(the loop's own compute, the storage's ceiling, the CPUs) sets the pace,
+which the bound cannot see. The model's relative change of the step time
+is applied to the loop's measured time in the training window.
+
+Findings the model has no term for keep the bound (`saving_basis`
+"bound"): lock contention (the producers' lock waits are not part of what
+a batch costs them in the model), checkpoints (the loop's own writes, not
+its input pipeline), and every finding of a trace without a model.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from . import whatif
+from .base import Context, Finding
+from .impact import BY_FILE, RULE_CALLS, SAVING, _quote
+from .objstore import THROTTLED
+
+# Findings about the producers' calls: their fix shortens those calls.
+CALL_FIXES = {"small-reads", "random-access", "metadata-storm", "redundant-io", "imbalance",
+              "nfs", "async-depth", "readahead-wasted", "readahead-missing",
+              "mmap-random-faults", "small-objects", "few-in-flight", "list-storm",
+              "refetched-objects"}
+
+
+def _window(pipe: dict) -> tuple[int, int]:
+    s0 = int(pipe["from_ns"])
+    return s0, s0 + int(pipe["span_s"] * 1e9)
+
+
+def _tids(pipe: dict) -> str:
+    return ", ".join(str(int(p["tid"])) for p in pipe["producers"]) or "-1"
+
+
+def producer_call_s(ctx: Context, f: Finding, pipe: dict) -> float:
+    """The producers' seconds in the calls the finding is about, within the
+    model's window (calls cut at its edges)."""
+    where = RULE_CALLS[f.id]
+    paths = [x["path"] for x in f.files if x.get("path")]
+    if f.id in BY_FILE and paths:
+        where += f" and f.path in ({', '.join(map(_quote, paths))})"
+    lo, hi = _window(pipe)
+    r = ctx.con.execute(f"""
+        select coalesce(sum(least(e.ts_ns + e.dur_ns, {hi}) - greatest(e.ts_ns, {lo})), 0)
+        from events e left join files f on f.file_id = e.file_id
+        where e.tid in ({_tids(pipe)}) and e.ts_ns < {hi} and e.ts_ns + e.dur_ns > {lo}
+          and ({where})""").fetchall()
+    return float(r[0][0]) / 1e9
+
+
+def throttled_s(ctx: Context, pipe: dict) -> float:
+    """The producers' seconds in refused requests and backing off after them."""
+    lo, hi = _window(pipe)
+    r = ctx.con.execute(f"""
+        select coalesce(sum(least(ts_ns + dur_ns, {hi}) - greatest(ts_ns, {lo})), 0)
+        from requests where tid in ({_tids(pipe)}) and ts_ns < {hi}
+          and ts_ns + dur_ns > {lo} and {THROTTLED}""").fetchall()
+    return float(r[0][0]) / 1e9 + sum(p["backoff"] for p in pipe["producers"])
+
+
+def _shorten(base: dict, per_batch: float) -> dict:
+    """The producers' time per batch shortened: fetch first, then CPU."""
+    df = min(per_batch, base["fetch_s"])
+    return {"fetch_s": base["fetch_s"] - df,
+            "prep_cpu_s": max(0.0, base["prep_cpu_s"] - (per_batch - df))}
+
+
+def changes_for(ctx: Context, f: Finding, base: dict, pipe: dict) -> Optional[tuple[dict, str]]:
+    """The model's inputs as the finding's fix would change them, and the
+    change in words; None where the model has no term for it."""
+    n = max(pipe["steps"], 1)
+    if f.id in CALL_FIXES:
+        cut = SAVING.get(f.id, 1.0) * producer_call_s(ctx, f, pipe) / n
+        return _shorten(base, cut), \
+            f"the producers' time in these calls {SAVING.get(f.id, 1.0):.0%} shorter"
+    if f.id == "throttled":
+        return _shorten(base, throttled_s(ctx, pipe) / n), \
+            "no refused requests and no backoff"
+    if f.id == "device-at-limit":
+        m, why = whatif.apply(base, {"read_bw": (2.0, True)})
+        return (m, "the device twice as fast") if not why else None
+    if f.id == "below-target" and ctx.targets.read_bps and pipe["span_s"] > 0 \
+            and pipe.get("bytes_read"):
+        k = ctx.targets.read_bps / (pipe["bytes_read"] / pipe["span_s"])
+        if k <= 1:
+            return None
+        m, why = whatif.apply(base, {"read_bw": (k, True)})
+        return (m, "reads at the target rate") if not why else None
+    return None
+
+
+def apply_savings(ctx: Context, findings: list[Finding], verdict: dict) -> None:
+    """Each finding's saving_s from the model where it has a term for the
+    finding's fix (saving_basis "model", with the change modelled in
+    saving_change); the bound otherwise (saving_basis "bound")."""
+    for f in findings:
+        f.saving_basis = "bound" if f.saving_s is not None else None
+    loops = verdict.get("loops") or []
+    pipe = loops[0].get("pipeline") if loops else None
+    if not pipe or not pipe.get("producers"):
+        return
+    base = whatif.fit(pipe, ctx.meta.get("machine"), pipe.get("bytes_read"))
+    t0, _ = whatif._step(base)
+    loop_s = verdict.get("time_budget_s", {}).get("window") or 0.0
+    if t0 <= 0 or loop_s <= 0:
+        return
+    for f in findings:
+        got = changes_for(ctx, f, base, pipe)
+        if got is None:
+            continue
+        changes, words = got
+        t1, lim = whatif._step({**base, **changes})
+        # never more than the loop waited for data
+        wait = verdict["time_budget_s"].get("data_wait", loop_s)
+        f.saving_s = round(min(max(0.0, (t0 - t1) / t0) * loop_s, wait), 6)
+        f.saving_basis = "model"
+        f.saving_change = f"{words}; then limited by {lim}"
