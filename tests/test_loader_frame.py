@@ -216,11 +216,13 @@ def test_tf_data_cold_and_throttled(tmp_path, tfrecords):
     truth = json.loads(out.read_text())
     v = build_report(trace, Targets()).verdict
     print(f"own AU {truth['au']:.1%} over {truth['loop_window_s']:.2f} s, iotrace "
-          f"{v['accelerator_utilization']:.1%} over {v['time_budget_s']['window']:.2f} s")
+          f"{v['accelerator_utilization']:.1%} over {v['time_budget_s']['window']:.2f} s; "
+          f"stall {v['stall']}")
     check_au(truth, v)
     spans = truth["wait_spans_ns"]
     assert abs(v["training_window"]["end_ns"] - spans[-1][1]) < 0.1e9, v["training_window"]
-    assert v["status"] == "io-bound" and max(v["stall"], key=v["stall"].get) == "fetch", v
+    assert v["status"] == "io-bound" and max(v["stall"], key=v["stall"].get) == "fetch", \
+        (v["stall"], v["fetch_parts"])
 
 
 @pytest.mark.parametrize("args", [

@@ -47,9 +47,20 @@ def prep(raw: bytes, cpu_s: float) -> np.ndarray:
     return arr[:4096].astype(np.float32) / 255.0 + acc * 0
 
 
+READ_SIZE = [0]         # --read-size: bytes a read() call (0: the whole file in one)
+
+
 def read_sample(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    # unbuffered with --read-size: each read() the system call asked
+    with open(path, "rb", buffering=0 if READ_SIZE[0] else -1) as f:
+        if not READ_SIZE[0]:
+            return f.read()
+        parts = []
+        while True:
+            b = f.read(READ_SIZE[0])
+            if not b:
+                return b"".join(parts)
+            parts.append(b)
 
 
 class Samples(torch.utils.data.Dataset):
@@ -200,7 +211,10 @@ def main() -> None:
     ap.add_argument("--pin-memory", action="store_true")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--read-size", type=int, default=0,
+                    help="bytes a read() call of a sample (default: the whole file in one)")
     args = ap.parse_args()
+    READ_SIZE[0] = args.read_size
     torch.set_num_threads(1)
     files = sorted(str(p) for p in Path(args.data).glob("sample_*.bin"))
     model = torch.nn.Sequential(torch.nn.Linear(4096, 64), torch.nn.ReLU(),
