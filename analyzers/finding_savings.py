@@ -27,7 +27,7 @@ from typing import Optional
 
 from . import whatif
 from .base import Context, Finding
-from .impact import BY_FILE, RULE_CALLS, SAVING, _quote
+from .impact import SAVING, rule_where
 from .objstore import THROTTLED
 
 # Findings about the producers' calls: their fix shortens those calls.
@@ -49,10 +49,7 @@ def _tids(pipe: dict) -> str:
 def producer_call_s(ctx: Context, f: Finding, pipe: dict) -> float:
     """The producers' seconds in the calls the finding is about, within the
     model's window (calls cut at its edges)."""
-    where = RULE_CALLS[f.id]
-    paths = [x["path"] for x in f.files if x.get("path")]
-    if f.id in BY_FILE and paths:
-        where += f" and f.path in ({', '.join(map(_quote, paths))})"
+    where = rule_where(f)
     lo, hi = _window(pipe)
     r = ctx.con.execute(f"""
         select coalesce(sum(least(e.ts_ns + e.dur_ns, {hi}) - greatest(e.ts_ns, {lo})), 0)
@@ -84,9 +81,9 @@ def changes_for(ctx: Context, f: Finding, base: dict, pipe: dict) -> Optional[tu
     change in words; None where the model has no term for it."""
     n = max(pipe["steps"], 1)
     if f.id in CALL_FIXES:
-        cut = SAVING.get(f.id, 1.0) * producer_call_s(ctx, f, pipe) / n
-        return _shorten(base, cut), \
-            f"the producers' time in these calls {SAVING.get(f.id, 1.0):.0%} shorter"
+        share = SAVING.get(f.id, 1.0)
+        return _shorten(base, share * producer_call_s(ctx, f, pipe) / n), \
+            f"the producers' time in these calls {share:.0%} shorter"
     if f.id == "throttled":
         return _shorten(base, throttled_s(ctx, pipe) / n), \
             "no refused requests and no backoff"
@@ -115,17 +112,17 @@ def apply_savings(ctx: Context, findings: list[Finding], verdict: dict) -> None:
         return
     base = whatif.fit(pipe, ctx.meta.get("machine"), pipe.get("bytes_read"))
     t0, _ = whatif._step(base)
-    loop_s = verdict.get("time_budget_s", {}).get("window") or 0.0
+    budget = verdict.get("time_budget_s", {})
+    loop_s = budget.get("window") or 0.0
     if t0 <= 0 or loop_s <= 0:
         return
+    wait = budget.get("data_wait", loop_s)     # a saving is never more than the loop waited
     for f in findings:
         got = changes_for(ctx, f, base, pipe)
         if got is None:
             continue
         changes, words = got
         t1, lim = whatif._step({**base, **changes})
-        # never more than the loop waited for data
-        wait = verdict["time_budget_s"].get("data_wait", loop_s)
         f.saving_s = round(min(max(0.0, (t0 - t1) / t0) * loop_s, wait), 6)
         f.saving_basis = "model"
         f.saving_change = f"{words}; then limited by {lim}"

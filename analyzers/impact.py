@@ -11,6 +11,8 @@ finding that costs nothing says so.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from iotrace.abi import OPEN_OPS, READ_OPS, SYNC_OPS, WRITE_OPS, sql_list
@@ -99,19 +101,26 @@ def _throttled_cost(ctx: Context) -> float:
     return total / 1e9
 
 
-def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
-    if f.id == "checkpoint-burst":
-        return float(w.budget.get("checkpoint", 0.0))
-    calls = RULE_CALLS.get(f.id)
-    if calls is None:
-        return 0.0
-    where = calls
-    if f.id == "throttled":
-        return _throttled_cost(ctx)
+def rule_where(f: Finding) -> Optional[str]:
+    """The calls the finding is about (a condition on events e and files f),
+    limited to its files where the rule names them; None if none."""
+    where = RULE_CALLS.get(f.id)
+    if where is None:
+        return None
     paths = [x["path"] for x in f.files if x.get("path")]
     if f.id in BY_FILE and paths:
         where += f" and f.path in ({', '.join(map(_quote, paths))})"
-    return ctx.wait_cost_s(where)
+    return where
+
+
+def finding_cost(ctx: Context, w: Waits, f: Finding) -> float:
+    if f.id == "checkpoint-burst":
+        return float(w.budget.get("checkpoint", 0.0))
+    if f.id not in RULE_CALLS:
+        return 0.0
+    if f.id == "throttled":
+        return _throttled_cost(ctx)
+    return ctx.wait_cost_s(rule_where(f))
 
 
 def apply_impact(ctx: Context, w: Waits, findings: list[Finding]) -> None:
