@@ -22,13 +22,36 @@ STALL_WORDS = {"fetch": "blocked in storage reads (fetch)",
                "cpu_starved": "runnable but without a CPU (cpu-starved)",
                "transfer": "handing batches to the loop (transfer)",
                "other": "waiting on something else (other)",
-               "loop_cpu": "the loop itself on CPU inside the loader (loop-cpu)"}
-HOW_WORDS = {"worker-processes": "fed by {n} loader worker process(es)",
+               "loop_cpu": "the loop was on CPU itself inside the loader (loop-cpu)"}
+HOW_WORDS = {"worker-processes": "fed by {n}",
              "loader-threads": "fed by {n} loader thread(s) of its process",
              "self-loading": "reads its data itself",
              "runtime-threads": "runs each step, its next() included, in its framework's "
                                 "threads ({what}); fed by {n} thread(s) of its process",
              "checkpoint-only": "reads no dataset; it writes checkpoints"}
+
+
+def workers_words(ctx, loop) -> str:
+    """"2 loader worker processes", and, where a DataLoader started new ones
+    each epoch, how many there were in all: the most alive at once is what
+    the job was configured with."""
+    rows = ctx.rows(f"""select distinct p.pid, p.start_ns, p.exit_ns from threads t
+                        join processes p using (pid)
+                        where t.tid in ({', '.join(map(str, loop.producers))})
+                          and t.pid != {loop.pid}""")
+    total = len(rows)
+    edges = sorted([(s or 0, 1) for _, s, _ in rows] +
+                   [(e, -1) for _, _, e in rows if e])
+    now = most = 0
+    for _, d in edges:              # an exit before a start at the same instant
+        now += d
+        most = max(most, now)
+    most = most or total
+    word = "process" if most == 1 else "processes"
+    if total > most:
+        return (f"{most} loader worker {word} at a time, {total} in all as each epoch "
+                "started new ones")
+    return f"{most} loader worker {word}"
 
 
 def _stall_words(w: Waits, key: str) -> str:
@@ -140,9 +163,7 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
     n = len(loop.producers)
     if loop.how == "worker-processes" and loop.producers:
         # the loop's own process (a relay thread, its own reads) is not a worker
-        n = ctx.one(f"""select count(distinct pid) from threads
-                        where tid in ({', '.join(map(str, loop.producers))})
-                          and pid != {loop.pid}""")[0]
+        n = workers_words(ctx, loop)
     who = (f"The training loop (thread {loop.tid} '{loop.name}' of pid {loop.pid}, "
            + HOW_WORDS[loop.how].format(n=n, what=loop.runtime.what if loop.runtime else "")
            + ")"
@@ -164,10 +185,13 @@ def make_verdict(ctx: Context, w: Waits) -> dict:
                 f"(AU ≈ {au:.0%}; MLPerf Storage asks ≥ {bar:.0%}).")
     if w.budget["data_wait"] > 0 and loop.how != "checkpoint-only":
         top = sorted(((k, x) for k, x in w.stall.items() if x > 0), key=lambda kv: -kv[1])[:2]
-        text += " During those waits " + " and ".join(
-            ("" if k == "loop_cpu" else "it was " if loop.how == "self-loading"
-             else "the producers were ") + f"{_stall_words(w, k)} {x:.0%}"
-            for k, x in top) + " of the time."
+        subject = "it was " if loop.how == "self-loading" else "the producers were "
+        parts, said = [], False
+        for k, x in top:        # the subject once: "the producers were A and B"
+            lead = "" if k == "loop_cpu" or said else subject
+            said = said or k != "loop_cpu"
+            parts.append(f"{lead}{_stall_words(w, k)} {x:.0%}")
+        text += " During those waits " + " and ".join(parts) + " of the time."
         backoff = w.fetch_parts.get("backoff", 0.0)
         if backoff >= 0.05:
             text += (f" The object store's clients were backing off after refused requests "
@@ -260,15 +284,29 @@ def too_little(w: Waits, th: dict) -> Optional[str]:
     return None
 
 
+# Python stack samples below which the verdict names no function of the
+# loop's or the producers' CPU (their shares are then mostly noise)
+MIN_NAMING_SAMPLES = 20
+
+
 def _named_prep(loop: dict, top: dict) -> str:
     """'Prep: PIL ImageFile.load 41%, ...' for the loop's own CPU in the loader
     and its producers' CPU, where the stacks name them."""
     out = []
     for key, field in (("loop_cpu", "loop_cpu_top"), ("prep", "prep_top")):
         funcs = loop.get(field) or []
-        if key in top and funcs:
-            out.append(f"{'In the loop' if key == 'loop_cpu' else 'Prep'}: " + ", ".join(
-                f"{f['function']} ({f['file']}) {f['share']:.0%}" for f in funcs[:3]) + ".")
+        what = "In the loop" if key == "loop_cpu" else "Prep"
+        if key not in top or not funcs:
+            continue
+        n = sum(f["samples"] for f in funcs)
+        total = (loop.get(field.replace("_top", "_stacks")) or {}).get("samples", n)
+        if total < MIN_NAMING_SAMPLES:
+            # a share of 8 samples is one sample in 8: no name from that
+            out.append(f"{what}: {total} Python stack sample(s), too few to name its "
+                       "functions.")
+            continue
+        out.append(f"{what}: " + ", ".join(
+            f"{f['function']} ({f['file']}) {f['share']:.0%}" for f in funcs[:3]) + ".")
     return " ".join(out)
 
 

@@ -170,7 +170,7 @@ def test_pool_loader_compute_bound(tmp_path, dataset):
     assert v["loops"][0]["producers"] >= 2
     share = sum(truth["wait_s"]) / truth["loop_window_s"]
     assert v["accelerator_utilization"] == pytest.approx(1 - share, abs=0.05)
-    assert "fed by 2 loader worker process(es)" in v["summary"], v["summary"]
+    assert "fed by 2 loader worker processes" in v["summary"], v["summary"]
     assert v["loops"][0]["loader_frame"]["function"] == "IMapIterator.next"
 
 
@@ -201,7 +201,7 @@ def test_hf_dataset_read_through_memory_maps(tmp_path, dataset, neighbour, reque
                         "--compute", "0.02", "--compute-kind", "sleep")
     check_wait(truth, v)
     assert v["loops"][0]["how"] == "worker-processes", v["summary"]
-    assert "fed by 2 loader worker process(es)" in v["summary"], v["summary"]
+    assert "fed by 2 loader worker processes" in v["summary"], v["summary"]
     # the bytes are estimated from the faults, and a kernel that maps a large
     # folio at a fault (6.18 here: 42 faults for 48 MiB) makes it a low one
     assert v["bytes_read"] >= MiB, v["bytes_read"]

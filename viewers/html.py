@@ -29,6 +29,8 @@ MAX_POINTS_PER_FILE = 20_000      # offset scatter: sample down to about this ma
 MAX_TIME_BINS = 300               # throughput plot: at most this many bins
 SCATTER_FILES = 3                 # offset scatter: the top files by bytes read ...
 MIN_SCATTER_SHARE = 0.01          # ... that have at least 1% of the top file's bytes
+MIN_SCATTER_CALLS = 16            # ... and were read in at least this many calls (a file
+                                  # read whole in 2 calls has no access pattern to show)
 
 WIDE_IN = 11.0                    # width of the full-width plots, inches
 
@@ -781,7 +783,7 @@ def _round_sig(x: float, sig: int = 3) -> float:
 
 def offset_samples(con, t0: int) -> list[dict]:
     """The files with the most bytes read (up to SCATTER_FILES, each with at least
-    MIN_SCATTER_SHARE of the top file's bytes) and a sample of their reads: about
+    MIN_SCATTER_SHARE of the top file's bytes and MIN_SCATTER_CALLS reads) and a sample of their reads: about
     MAX_POINTS_PER_FILE per file at most, taken in SQL by a hash of (time, thread)
     modulo the thinning factor, so the choice is spread evenly over the run.
     Each: {file_id, path, bytes, calls, size, every, t_s, off} (t_s and off: arrays)."""
@@ -790,7 +792,8 @@ def offset_samples(con, t0: int) -> list[dict]:
         select t.*, f.path from (
             select file_id, sum(nbytes) as b, count(*) as n, max(off + nbytes) as size
             from {_calls(reads_only=True)} where off >= 0 and nbytes > 0
-            group by file_id order by b desc, file_id limit {SCATTER_FILES}) t
+            group by file_id having count(*) >= {MIN_SCATTER_CALLS}
+            order by b desc, file_id limit {SCATTER_FILES}) t
         join files f using (file_id) order by b desc, file_id""").fetchall()
     # a file with a sliver of the bytes (a config file read once) shows nothing useful
     top = [r for r in top if r[1] >= MIN_SCATTER_SHARE * top[0][1]] if top else top
@@ -818,7 +821,14 @@ def offset_samples(con, t0: int) -> list[dict]:
 def _plot_offsets(con, report, t0: int, t1: int) -> str:
     files = offset_samples(con, t0)
     if not files:
-        return "No reads with a file offset in this trace."
+        n, calls = con.execute(f"""select count(*), median(n) from (
+            select count(*) as n from {_calls(reads_only=True)}
+            where off >= 0 and nbytes > 0 group by file_id)""").fetchall()[0]
+        if not n:
+            return "No reads with a file offset in this trace."
+        return (f"No data file was read in {MIN_SCATTER_CALLS} calls or more: the {n:,} "
+                f"file(s) read took {calls:g} read call(s) each (median), each read whole "
+                "or nearly: no access pattern to plot.")
     span = max(t1 - t0, 1)
     w = _nice_bin_ns(span)
     x_end = max(1, math.ceil(span / w)) * w / 1e9    # the throughput plot's time axis
