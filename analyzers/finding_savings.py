@@ -27,7 +27,7 @@ from typing import Optional
 
 from . import whatif
 from .base import Context, Finding
-from .impact import SAVING, rule_where
+from .impact import HIGH_SHARE, SAVING, WARN_SHARE, rule_where
 from .objstore import THROTTLED
 
 # Findings about the producers' calls: their fix shortens those calls.
@@ -117,6 +117,10 @@ def apply_savings(ctx: Context, findings: list[Finding], verdict: dict) -> None:
     if t0 <= 0 or loop_s <= 0:
         return
     wait = budget.get("data_wait", loop_s)     # a saving is never more than the loop waited
+    # the model explains the traced run's step within ROUGH: its savings then
+    # rank the findings (severity), not what their calls cost
+    trusted = abs(base["step_s"] / t0 - 1) <= whatif.ROUGH and verdict.get("status") in \
+        ("io-bound", "not-io-bound")
     for f in findings:
         got = changes_for(ctx, f, base, pipe)
         if got is None:
@@ -126,3 +130,16 @@ def apply_savings(ctx: Context, findings: list[Finding], verdict: dict) -> None:
         f.saving_s = round(min(max(0.0, (t0 - t1) / t0) * loop_s, wait), 6)
         f.saving_basis = "model"
         f.saving_change = f"{words}; then limited by {lim}"
+        if trusted:
+            _severity_from_saving(f, f.saving_s / loop_s)
+
+
+def _severity_from_saving(f: Finding, share: float) -> None:
+    """A fix that buys little is not urgent however long its calls took (small
+    reads at a throttled device's ceiling: 17% of the window in the calls,
+    3% saved), and one the model says buys much is (a store's refusals)."""
+    sev = "high" if share >= HIGH_SHARE else "warn" if share >= WARN_SHARE else "info"
+    if sev != f.severity:
+        f.summary += (f" Its severity is {sev}, from what fixing it would save "
+                      f"({share:.0%} of the training window), not from what its calls cost.")
+    f.severity = sev

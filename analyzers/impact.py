@@ -7,7 +7,8 @@ analysis (waits.py) attributes every instant of a data wait to the producer
 calls in progress then. A checkpoint finding costs the loop the time it was
 blocked writing checkpoints. Severity follows the cost as a share of the
 training window: high at or above 10%, warn at or above 2%, info below; a
-finding that costs nothing says so.
+finding that costs nothing says so. (finding_savings.py then sets it from
+what the fix would save, where the what-if model fits the trace.)
 """
 from __future__ import annotations
 

@@ -125,10 +125,11 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
     verdict = make_verdict(ctx, waits)
     verdict["t0_ns"] = ctx.t0_ns
     apply_impact(ctx, waits, findings)
-    findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_s or 0)))
     from .checkpoint_burst import report_entry
     say("what would help")
     apply_savings(ctx, findings, verdict)
+    # (after the savings: where the model fits, a finding's severity is its saving's)
+    findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_s or 0)))
     return Report(trace=str(trace.root), targets=targets, verdict=verdict,
                   findings=findings, rules_run=ran, errors=errors, loop_states=waits.states,
                   checkpoints=[report_entry(b, bool(ctx.loop_tids)) for b in ctx.checkpoints],

@@ -226,3 +226,7 @@ def test_small_reads_saving_at_the_device_ceiling(tmp_path, samples):
     assert f.saving_basis == "model" and "storage" in f.saving_change, f.saving_change
     assert f.saving_s < 0.5 * f.impact_s
     assert f.saving_s / window == pytest.approx(saved, abs=0.05)
+    # its severity is its saving's, not its calls' (17% of the window: high)
+    share = f.saving_s / window
+    assert f.severity == ("high" if share >= 0.10 else "warn" if share >= 0.02 else "info"), \
+        (f.severity, share, f.impact_share)
