@@ -21,6 +21,12 @@ PSEUDO_FS = ("proc", "sysfs", "devpts", "devtmpfs", "cgroup", "cgroup2", "debugf
              "efivarfs", "fusectl")
 PSEUDO_PATH_RE = r"^/(proc|sys)(/|$)"
 
+# File systems on a local block device or in memory: their reads come from the
+# page cache or a device the trace sees (not a network file system's server)
+LOCAL_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "vfat", "exfat", "ntfs", "ntfs3",
+            "zfs", "bcachefs", "jfs", "reiserfs", "overlay", "squashfs", "erofs", "iso9660",
+            "tmpfs", "ramfs")
+
 
 def pseudo_fs_sql() -> str:
     """SQL predicate on an events row: the call is on a kernel pseudo file system."""

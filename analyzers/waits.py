@@ -37,7 +37,7 @@ from . import intervals as ivl
 from . import folded_stacks, loader_frame, lock_evidence, runtime_steps
 from .loader_frame import LoaderFrame
 from .runtime_steps import RuntimeLoop
-from .views import mem_available, register_columns
+from .views import LOCAL_FS, mem_available, register_columns
 
 AF_UNIX = 1
 THRESHOLDS = {
@@ -1016,6 +1016,14 @@ def analyse(con, th: dict, t0: int, t1: int,
             # refuses to register a table on the connection
             pipe["bytes_read"] = int(con.execute(
                 "select coalesce(sum(nbytes), 0) from data_reads where ts_ns >= ? and ts_ns < ?",
+                [pipe["from_ns"], hi]).fetchall()[0][0])
+            # of those, the bytes of files on local disks or in memory (not
+            # network file systems, not objects over HTTP): with the device's
+            # completions, whether the reads came from the page cache already
+            pipe["local_bytes_read"] = int(con.execute(
+                f"""select coalesce(sum(r.nbytes), 0) from data_reads r
+                    join files f using (file_id) where f.fs_type in {sql_list(LOCAL_FS)}
+                    and r.ts_ns >= ? and r.ts_ns < ?""",
                 [pipe["from_ns"], hi]).fetchall()[0][0])
             # what the block devices completed meanwhile: a throttled or busy
             # device's pace (the reads' bytes count readahead brought earlier)

@@ -39,6 +39,7 @@ from .rates import parse_rate
 # at its ceiling (its measured rate then caps any number of producers)
 STORAGE_BOUND_SHARE = 0.5
 ROUGH = 0.25            # |calibration - 1| above which predictions are rough
+CACHED_ALREADY = 0.9    # page_cache_share from which the data counts as cached already
 SMOOTH = 8              # the norm that combines the stages' times (_step)
 
 SETTINGS = {
@@ -76,6 +77,11 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         "cpus": usable_cpus(machine),
         "bytes_per_step": bytes_read / n if bytes_read else None,
         "storage_bytes_per_s": None,
+        # the share of the reads' bytes the page cache (or memory) served:
+        # local files' bytes the block devices did not complete
+        "page_cache_share": round(max(0.0, pipe.get("local_bytes_read", 0)
+                                      - (pipe.get("device_bytes_read") or 0)) / bytes_read, 4)
+        if bytes_read and "local_bytes_read" in pipe else None,
     }
     # each batch is made by one producer: the producers' summed busy time
     # over the batches is what one batch costs one producer (their time
@@ -197,7 +203,7 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
             n = base["producers"] * val if factor else val
             m["producers"] = n
         elif key == "read_bw":
-            if base["fetch_s"] <= 0:
+            if base["fetch_s"] <= 0 or (base.get("page_cache_share") or 0) >= CACHED_ALREADY:
                 continue                    # nothing read from storage: no change
             cur = base["storage_bytes_per_s"]
             k = val if factor else (val / cur if cur else None)
@@ -208,6 +214,8 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
             if cur:
                 m["storage_bytes_per_s"] = cur * k
         elif key == "cached":
+            if (base.get("page_cache_share") or 0) >= CACHED_ALREADY:
+                continue        # its reads were page-cache hits: their time is copying
             m["fetch_s"] = 0.0
             m["storage_bytes_per_s"] = None
         elif key == "compute":
@@ -292,6 +300,10 @@ def analyse(verdict: dict, meta: dict, settings: Optional[dict] = None) -> dict:
             entry.update(predicted_au=None, limited_by=None, cannot=why)
         else:
             entry.update(predict(base, changes))
+            if (sc.get("cached") or sc.get("read_bw")) and \
+                    (base.get("page_cache_share") or 0) >= CACHED_ALREADY:
+                entry["note"] = (f"{base['page_cache_share']:.0%} of the bytes read came from "
+                                 "the page cache already")
             if sc.get("cached") and meta.get("machine", {}).get("mem_available_bytes"):
                 size = verdict.get("dataset_bytes") or verdict.get("bytes_read")
                 entry["fits_in_memory"] = bool(size and

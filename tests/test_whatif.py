@@ -193,9 +193,9 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
     and more (2 readers ran at 59-75%), and a prediction doubles the traced
     run's own noise: three rounds, interleaved (trace one reader, predict,
     run 2 and 4), their medians compared. 4 readers on 2 CPUs: the CPUs
-    are the limit, and the prediction must say so and gain little over 2
-    (it is a few points high: more producers than CPUs slow each other,
-    which the model leaves out; docs/whatif.md)."""
+    are the limit, and the prediction must say so and gain little over 2;
+    it is 2-5 points high (more producers than CPUs slow each other, which
+    the model leaves out; docs/whatif.md), held to 8."""
     pytest.importorskip("dlio_benchmark")
     import statistics
     import test_dlio as dl
@@ -221,6 +221,11 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
         report = build_report(trace, Targets(), rules=False)
         base = report.whatif["baseline"]
         assert base["limited_by"] == "producers" and not base["rough"], base
+        # the data was read from the page cache already: caching it, or a
+        # faster storage, changes nothing, and says why
+        for setting in ("cached=yes", "read_bw=2x"):
+            p = predicted(report, trace.meta, setting)
+            assert p["predicted_au"] == base["model_au"] and "page cache" in p["note"], p
         for n in (2, 4):
             p = predicted(report, trace.meta, f"workers={n}")
             if (base["inputs"]["cpus"] or 0) <= 2:
@@ -234,8 +239,9 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
               f"{ran[2][-1]:.1%}; 4 readers predicted {pred[4][-1]:.1%}, ran {ran[4][-1]:.1%}")
     med = {n: (statistics.median(pred[n]), statistics.median(ran[n])) for n in (2, 4)}
     print("medians (predicted, ran):", med)
-    for n in (2, 4):
-        assert med[n][0] == pytest.approx(med[n][1], abs=POINTS), (pred, ran)
+    assert med[2][0] == pytest.approx(med[2][1], abs=POINTS), (pred, ran)
+    # 4 readers: high by 1.8-5.3 points in five such medians (docs/whatif.md)
+    assert med[4][1] - POINTS <= med[4][0] <= med[4][1] + 0.08, (pred, ran)
     if (base["inputs"]["cpus"] or 0) <= 2:
         assert med[4][0] - med[2][0] < POINTS, (pred, ran)
 

@@ -42,6 +42,8 @@ def render_text(w: dict, echo: Callable[[str], None]) -> None:
         delta = e["predicted_au"] - ref
         fits = "" if e.get("fits_in_memory") is not False else " (the dataset does not fit " \
             "in the memory available)"
+        if e.get("note"):
+            fits += f" ({e['note']})"
         echo(f"  {e['scenario']:<{width}}  AU {ref:.0%} -> {e['predicted_au']:.0%} "
              f"({delta * 100:+.0f} points), then limited by {e['limited_by']}{fits}")
 
