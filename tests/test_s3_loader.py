@@ -87,12 +87,8 @@ def test_workers_throttled_by_the_store(tmp_path, bucket, neighbour, request):
     f = next(f for f in report.findings if f.id == "throttled")
     assert f.evidence["throttled"] == seen["throttled"]
     wait = v["time_budget_s"]["data_wait"]
-    # its cost: the part of the loop's wait spent in refused requests and
-    # backoffs: the loop's wait during the workers' calls there (network
-    # calls, sleeps), where the stall's backoff is the whole time from a
-    # refusal to the retry, the client's own work between them too (the
-    # cost was 88% of it once, over 90% in every other run)
-    assert v["fetch_parts"]["backoff"] * wait * 0.85 <= f.impact_s <= wait
+    # its cost: the part of the loop's wait spent in refused requests and backoffs
+    assert v["fetch_parts"]["backoff"] * wait * 0.9 <= f.impact_s <= wait
     assert f.severity == "high"
 
 

@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 
 from iotrace.analyzers.base import severity_rank
 from iotrace.analyzers.rates import human_bytes, human_rate
-from iotrace.analyzers.views import DATA_FILE_IDS_SQL, READ_OPS, WRITE_OPS, sql_list
+from iotrace.analyzers.views import (DATA_FILE_IDS_SQL, IPC_SHM_RE, READ_OPS, WRITE_OPS,
+                                     sql_list)
 from iotrace.viewers.flamegraph import flame_svg
 
 from .common import fmt_key, fmt_value, rel_time
@@ -522,7 +523,9 @@ def _calls(reads_only: bool = False) -> str:
                        greatest(ret, 0) as nbytes, file_id,
                        op in {sql_list(READ_OPS)} as is_read
                 from events where op in {sql_list(ops)} and file_id >= 0
-                  and fd_kind = 'file' and file_id in ({DATA_FILE_IDS_SQL}))"""
+                  and fd_kind = 'file' and file_id in ({DATA_FILE_IDS_SQL})
+                  and file_id not in (select file_id from files
+                                      where regexp_matches(coalesce(path, ''), '{IPC_SHM_RE}')))"""
 
 
 def _nice_bin_ns(span_ns: int) -> int:
