@@ -101,6 +101,11 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
     return inp
 
 
+def cached_already(base: dict) -> bool:
+    """Whether the reads came from the page cache already (page_cache_share)."""
+    return (base.get("page_cache_share") or 0) >= CACHED_ALREADY
+
+
 def usable_cpus(machine: Optional[dict]) -> Optional[float]:
     if not machine:
         return None
@@ -203,7 +208,7 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
             n = base["producers"] * val if factor else val
             m["producers"] = n
         elif key == "read_bw":
-            if base["fetch_s"] <= 0 or (base.get("page_cache_share") or 0) >= CACHED_ALREADY:
+            if base["fetch_s"] <= 0 or cached_already(base):
                 continue                    # nothing read from storage: no change
             cur = base["storage_bytes_per_s"]
             k = val if factor else (val / cur if cur else None)
@@ -214,7 +219,7 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
             if cur:
                 m["storage_bytes_per_s"] = cur * k
         elif key == "cached":
-            if (base.get("page_cache_share") or 0) >= CACHED_ALREADY:
+            if cached_already(base):
                 continue        # its reads were page-cache hits: their time is copying
             m["fetch_s"] = 0.0
             m["storage_bytes_per_s"] = None
@@ -300,8 +305,7 @@ def analyse(verdict: dict, meta: dict, settings: Optional[dict] = None) -> dict:
             entry.update(predicted_au=None, limited_by=None, cannot=why)
         else:
             entry.update(predict(base, changes))
-            if (sc.get("cached") or sc.get("read_bw")) and \
-                    (base.get("page_cache_share") or 0) >= CACHED_ALREADY:
+            if (sc.get("cached") or sc.get("read_bw")) and cached_already(base):
                 entry["note"] = (f"{base['page_cache_share']:.0%} of the bytes read came from "
                                  "the page cache already")
             if sc.get("cached") and meta.get("machine", {}).get("mem_available_bytes"):
