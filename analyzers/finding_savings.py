@@ -79,7 +79,7 @@ def _shorten(base: dict, per_batch: float) -> dict:
 def changes_for(ctx: Context, f: Finding, base: dict, pipe: dict) -> Optional[tuple[dict, str]]:
     """The model's inputs as the finding's fix would change them, and the
     change in words; None where the model has no term for it."""
-    n = max(pipe["steps"], 1)
+    n = max(pipe.get("batches", pipe["steps"]), 1)
     if f.id in CALL_FIXES:
         share = SAVING.get(f.id, 1.0)
         return _shorten(base, share * producer_call_s(ctx, f, pipe) / n), \
@@ -115,7 +115,7 @@ def apply_savings(ctx: Context, findings: list[Finding], verdict: dict) -> None:
     if not pipe or not pipe.get("producers"):
         return
     base = whatif.fit(pipe, ctx.meta.get("machine"), pipe.get("bytes_read"))
-    t0, _ = whatif._step(base)
+    t0, _ = whatif.mean_step(base, base)
     budget = verdict.get("time_budget_s", {})
     loop_s = budget.get("window") or 0.0
     if t0 <= 0 or loop_s <= 0:
@@ -130,7 +130,7 @@ def apply_savings(ctx: Context, findings: list[Finding], verdict: dict) -> None:
         if got is None:
             continue
         changes, words = got
-        t1, lim = whatif._step({**base, **changes})
+        t1, lim = whatif.mean_step(base, {**base, **changes})
         f.saving_s = round(min(max(0.0, (t0 - t1) / t0) * loop_s, wait), 6)
         f.saving_basis = "model"
         f.saving_change = f"{words}; then limited by {lim}"

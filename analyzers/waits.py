@@ -793,7 +793,51 @@ def pipeline_costs(tl: Timelines, lp: Loop, eps: np.ndarray, per: np.ndarray,
         # alive: a DataLoader's workers of one epoch exit and the next's start
         got["alive"] = ivl.total(ivl.clip(tl.alive(tid), s0, hi)) / 1e9
         out["producers"].append({"tid": int(tid), **got})
+    out["restarts"] = _restarts(tl, lp.producers, eps, s0, hi, readers)
+    # the calls to next() in which the producers exited end an epoch
+    # (StopIteration, the workers shut down): no batch came of them
+    exits = np.array([b for t in lp.producers for _, b in tl.alive(t).tolist()
+                      if s0 < b < hi], dtype=np.int64)
+    ends = int(sum(bool(((exits >= a) & (exits <= b)).any()) for a, b in eps[1:].tolist())) \
+        if len(exits) else 0
+    out["batches"] = max(out["steps"] - ends, 1)
     return out
+
+
+def _restarts(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int,
+              readers: set) -> list[dict]:
+    """The producers started anew inside the window after all earlier ones had
+    exited (a DataLoader without persistent workers, each epoch). Per
+    restart: `wait_s`, from the first new producer's start to the end of the
+    loop's first wait after it (the workers' start-up and first batch); and
+    `startup_s`, the time the busiest new producer spent in it blocked other
+    than in reads (its start-up's waits: an init that opens files, a barrier;
+    not its CPU, which the tracer's own work on a new process inflates)."""
+    lives = {int(t): tl.alive(t).tolist() for t in producers}
+    every = [iv for lv in lives.values() for iv in lv]
+    out = []
+    for start in sorted({a for a, _ in every if s0 < a < hi}):
+        if out and start < out[-1][1]:
+            continue            # of the generation just counted (before its first batch)
+        if any(a < start < b for a, b in every):
+            continue            # an earlier producer still alive: a pool growing
+        ends = eps[eps[:, 1] > start, 1]
+        if len(ends):
+            out.append((start, int(ends[0])))
+    got = []
+    for a, b in out:
+        win = np.array([[a, b]], dtype=np.int64)
+        best = (0.0, 0.0)       # (cpu, blocked) of the busiest new producer
+        for t, lv in lives.items():
+            if not any(a <= x < b for x, _ in lv):
+                continue
+            s, e, lab, _ = _paint_producer(tl, t, win, readers, False)
+            d = (e - s) / 1e9
+            cpu = float(d[lab == 0].sum())
+            if cpu > best[0]:
+                best = (cpu, float(d[(lab == IDLE) | (lab == OTHER)].sum()))
+        got.append({"wait_s": round((b - a) / 1e9, 6), "startup_s": round(best[1], 6)})
+    return got
 
 
 # ---- the whole analysis -------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Optional
 
 from iotrace.errors import EXIT_USAGE, IotraceError
 
+from . import epoch_sim
 from .rates import parse_rate
 
 # producers' fetch over their busy time from which the storage is taken to be
@@ -41,6 +42,7 @@ STORAGE_BOUND_SHARE = 0.5
 ROUGH = 0.25            # |calibration - 1| above which predictions are rough
 CACHED_ALREADY = 0.9    # page_cache_share from which the data counts as cached already
 SMOOTH = 8              # the norm that combines the stages' times (_step)
+EPOCH_SIM = 512         # batches of an epoch simulated at most (_epochs_extra)
 
 SETTINGS = {
     "workers": "producers (DataLoader workers, reader threads): N or Nx",
@@ -54,14 +56,14 @@ SETTINGS = {
 
 def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dict:
     """The model's inputs from the loop's measured pipeline (per batch)."""
-    n = max(pipe["steps"], 1)
+    n = max(pipe.get("batches", pipe["steps"]), 1)
     prods = [p for p in pipe["producers"] if p["cpu"] + p["fetch"] + p["backoff"] > 0]
     tot = {k: sum(p[k] for p in prods) for k in ("cpu", "fetch", "backoff", "transfer",
                                                   "starved")}
     busy = sum(tot.values())
     inp = {
         "how": pipe["how"],
-        "steps": pipe["steps"],
+        "steps": n,
         "step_s": pipe["span_s"] / n,
         "compute_s": pipe["compute_s"] / n,
         "compute_cpu_s": pipe["compute_cpu_s"] / n,
@@ -82,6 +84,11 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         "page_cache_share": round(max(0.0, pipe.get("local_bytes_read", 0)
                                       - (pipe.get("device_bytes_read") or 0)) / bytes_read, 4)
         if bytes_read and "local_bytes_read" in pipe else None,
+        # producers started anew in the window (each epoch's new DataLoader
+        # workers): how many times, and their start-up's waits (the median)
+        "restarts": len(pipe.get("restarts") or []),
+        "startup_s": float(sorted(r["startup_s"] for r in pipe["restarts"])[
+            len(pipe["restarts"]) // 2]) if pipe.get("restarts") else 0.0,
     }
     # each batch is made by one producer: the producers' summed busy time
     # over the batches is what one batch costs one producer (their time
@@ -146,11 +153,41 @@ def _step(m: dict) -> tuple[float, str]:
     return sum((1 / v) ** SMOOTH for v in rates.values()) ** (1 / SMOOTH), name
 
 
+def _epochs_extra(base: dict, m: dict) -> float:
+    """What the epochs' starts add to the window over the steady pace under
+    inputs m, where the producers start anew each epoch (a DataLoader
+    without persistent workers): each restart's start-up waits (measured)
+    and a pipeline that starts empty, less what the window's first epoch
+    gained from the batches made during the loop's first wait (left out of
+    the window); simulated (epoch_sim.py)."""
+    restarts = base.get("restarts") or 0
+    if not restarts or m["how"] == "self-loading" or not m["producers"]:
+        return 0.0
+    f, cpu = m["fetch_s"], m["prep_cpu_s"] + m["transfer_s"]
+    slots = math.inf
+    if m["storage_bytes_per_s"] and m["bytes_per_step"] and f > 0:
+        slots = m["storage_bytes_per_s"] * f / m["bytes_per_step"]
+    pipe = epoch_sim.Pipeline(producers=max(int(round(m["producers"])), 1), fetch_s=f,
+                              cpu_s=cpu, loop_s=m["compute_s"] + m["loop_serial_s"],
+                              cpus=m["cpus"] or math.inf, fetch_slots=slots)
+    n = min(EPOCH_SIM, round((base["steps"] + 1) / (restarts + 1)))
+    return epoch_sim.restart_extra(pipe, n, restarts, base["startup_s"])
+
+
+def mean_step(base: dict, m: dict) -> tuple[float, str]:
+    """The step time over the window (the steady step and the restarts'
+    losses spread over the steps), and the slowest stage."""
+    t, lim = _step(m)
+    if t > 0 and base.get("restarts"):
+        t = max(t + _epochs_extra(base, m) / max(base["steps"], 1), 0.5 * t)
+    return t, lim
+
+
 def predict(base: dict, changes: dict) -> dict:
     """The inputs changed (scenario): their step time, AU and the stage that
     limits then."""
     m = {**base, **changes}
-    t, lim = _step(m)
+    t, lim = mean_step(base, m)
     au = min(m["compute_s"] / t, 1.0) if t > 0 else None
     return {"step_s": round(t, 6), "predicted_au": round(au, 4) if au is not None else None,
             "limited_by": lim}
@@ -287,13 +324,17 @@ def analyse(verdict: dict, meta: dict, settings: Optional[dict] = None) -> dict:
                "fewer than 3 data waits after the first: too little to fit the model")
         return {"baseline": None, "whatif": [], "cannot": why}
     base = fit(pipe, meta.get("machine"), pipe.get("bytes_read"))
-    t0, lim0 = _step(base)
+    t0, lim0 = mean_step(base, base)
     cal = base["step_s"] / t0 if t0 > 0 else None
     measured_au = base["compute_s"] / base["step_s"] if base["step_s"] > 0 else None
     baseline = {"measured_au": round(measured_au, 4) if measured_au is not None else None,
                 "model_au": round(min(base["compute_s"] / t0, 1.0), 4) if t0 > 0 else None,
                 "limited_by": lim0, "calibration": round(cal, 3) if cal else None,
                 "rough": cal is None or abs(cal - 1) > ROUGH,
+                # the producers' starts each epoch, and what they cost the
+                # window over the steady pace (the model's, as traced)
+                "restarts": base["restarts"],
+                "restarts_cost_s": round(_epochs_extra(base, base), 6),
                 "inputs": {k: (round(v, 6) if isinstance(v, float) else v)
                            for k, v in base.items()}}
     out = []

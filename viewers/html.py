@@ -24,6 +24,7 @@ from iotrace.analyzers.views import (DATA_FILE_IDS_SQL, IPC_SHM_RE, READ_OPS, WR
                                      sql_list)
 from iotrace.viewers.flamegraph import flame_svg
 
+from . import whatif_view
 from .common import fmt_key, fmt_value, rel_time
 
 MAX_POINTS_PER_FILE = 20_000      # offset scatter: sample down to about this many per file
@@ -182,7 +183,9 @@ def render_html(report, trace) -> str:
            "<header>", "<h1>iotrace report</h1>",
            f'<div class="sub mono">{e(report.trace)}</div>',
            '<nav><a href="#verdict">Verdict</a>'
-           f'<a href="#findings">Findings ({len(findings)})</a><a href="#plots">Plots</a>'
+           f'<a href="#findings">Findings ({len(findings)})</a>'
+           + ('<a href="#whatif">What would help</a>' if getattr(report, "whatif", None) else "")
+           + '<a href="#plots">Plots</a>'
            + ('<a href="#details">Details</a>' if findings else "") + "</nav>",
            "</header>"]
     # verdict, the findings at a glance, the plots, then each finding in full
@@ -190,6 +193,7 @@ def render_html(report, trace) -> str:
     out += _verdict(v, label, cls, meta)
     out += _flames(v)
     out += _overview(findings, anchors)
+    out += whatif_view.render_html(getattr(report, "whatif", None) or {})
     if report.errors:
         out.append('<section class="card errors"><h3>Rules that failed</h3><ul>')
         out += [f"<li><code>{e(x.get('rule'))}</code>: {e(x.get('error'))}</li>"

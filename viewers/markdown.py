@@ -1,6 +1,7 @@
 """The report as Markdown, for pasting into an issue tracker."""
 from __future__ import annotations
 
+from . import whatif_view
 from .common import fmt_key, fmt_value, rel_time
 
 ICONS = {"high": "🔴", "warn": "🟡", "info": "🔵"}
@@ -39,6 +40,7 @@ def render_markdown(report) -> str:
                 f"`{rel_time(e['ts_ns'], t0)}` {e.get('what', '')}" for e in f.examples[:3]))
             lines.append("")
         lines += [f"**What to change:** {f.recommendation}", ""]
+    lines += whatif_view.render_markdown(getattr(report, "whatif", None) or {})
     for e in report.errors:
         lines.append(f"> rule `{e['rule']}` failed: {e['error']}")
     return "\n".join(lines) + "\n"

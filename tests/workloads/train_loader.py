@@ -2,7 +2,7 @@
 
     train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|hf|plain] [--workers N]
                     [--compute S] [--compute-kind cpu|sleep] [--prep S]
-                    [--pin-memory] [--epochs N] [--batch N]
+                    [--pin-memory] [--epochs N] [--persistent-workers] [--batch N]
 
 DATA_DIR holds sample_*.bin files (one sample each, read whole). The loop
 trains a small torch model (or sleeps, with --compute-kind sleep) for
@@ -112,10 +112,19 @@ def s3_batches(files, args):
                                        shuffle=False)
 
 
+LOADERS: list = []      # --persistent-workers: one DataLoader for every epoch
+
+
 def torch_batches(files, args):
+    if LOADERS:
+        return LOADERS[0]
     ds = Samples(files, args.prep)
-    return torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=args.workers,
-                                       shuffle=False, pin_memory=args.pin_memory)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=args.batch, num_workers=args.workers, shuffle=False,
+        pin_memory=args.pin_memory, persistent_workers=args.persistent_workers)
+    if args.persistent_workers:
+        LOADERS.append(loader)
+    return loader
 
 
 def thread_batches(files, args):
@@ -210,6 +219,8 @@ def main() -> None:
     ap.add_argument("--prep", type=float, default=0.0)
     ap.add_argument("--pin-memory", action="store_true")
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--persistent-workers", action="store_true",
+                    help="--loader torch: one DataLoader whose workers live across epochs")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--read-size", type=int, default=0,
                     help="bytes a read() call of a sample (default: the whole file in one)")

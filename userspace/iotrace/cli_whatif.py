@@ -10,44 +10,6 @@ from typing import Callable, Optional
 import click
 
 
-def render_text(w: dict, echo: Callable[[str], None]) -> None:
-    b = w.get("baseline")
-    if not b:
-        echo(f"No prediction: {w.get('cannot')}.")
-        return
-    au = b["measured_au"]
-    inp = b["inputs"]
-    echo(f"Measured (after the first step): AU {au:.0%}, a step every "
-         f"{inp['step_s'] * 1e3:.0f} ms, limited by {b['limited_by']}; "
-         f"{inp['producers']} producer(s), {inp['cpus'] or '?':g} CPUs.")
-    echo(f"Per step: compute {inp['compute_s'] * 1e3:.1f} ms, the loop's own work in next() "
-         f"{inp['loop_serial_s'] * 1e3:.1f} ms; per batch: fetch {inp['fetch_s'] * 1e3:.1f} ms, "
-         f"prep {inp['prep_cpu_s'] * 1e3:.1f} ms of CPU, hand-over "
-         f"{inp['transfer_s'] * 1e3:.1f} ms.")
-    model = b["model_au"]
-    if model is not None and abs(model - au) >= 0.005:
-        echo(f"The model puts this configuration at AU {model:.0%} (it leaves out the "
-             f"tracer's own CPU and what the trace does not show); the changes below are "
-             f"against that.")
-    if b["rough"]:
-        echo(f"The model explains the measured step only roughly (measured over model: "
-             f"{b['calibration']}): take the predictions as directions, not figures.")
-    echo("")
-    ref = model if model is not None else au
-    width = max(len(e["scenario"]) for e in w["whatif"])
-    for e in w["whatif"]:
-        if e.get("predicted_au") is None:
-            echo(f"  {e['scenario']:<{width}}  cannot predict: {e.get('cannot')}")
-            continue
-        delta = e["predicted_au"] - ref
-        fits = "" if e.get("fits_in_memory") is not False else " (the dataset does not fit " \
-            "in the memory available)"
-        if e.get("note"):
-            fits += f" ({e['note']})"
-        echo(f"  {e['scenario']:<{width}}  AU {ref:.0%} -> {e['predicted_au']:.0%} "
-             f"({delta * 100:+.0f} points), then limited by {e['limited_by']}{fits}")
-
-
 def register(cli, context: dict, fail: Callable[[str], None]) -> None:
     @cli.command(context_settings=context)
     @click.argument("trace", type=click.Path(file_okay=False))
@@ -102,5 +64,6 @@ def register(cli, context: dict, fail: Callable[[str], None]) -> None:
         if fmt == "json":
             click.echo(json.dumps(w, indent=1))
         else:
+            from .viewers.whatif_view import render_text
             render_text(w, click.echo)
         sys.exit(0)
