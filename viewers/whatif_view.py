@@ -14,7 +14,8 @@ def baseline_sentences(w: dict) -> list[str]:
     au, inp = b["measured_au"], b["inputs"]
     out = [f"Measured (after the first step): AU {au:.0%}, a step every "
            f"{inp['step_s'] * 1e3:.0f} ms, limited by {b['limited_by']}; "
-           f"{inp['producers']} producer(s), {inp['cpus'] or '?':g} CPUs.",
+           f"{inp['producers']} producer(s), "
+           + (f"{inp['cpus']:g} CPUs." if inp["cpus"] else "CPUs not recorded."),
            f"Per step: compute {inp['compute_s'] * 1e3:.1f} ms, the loop's own work in next() "
            f"{inp['loop_serial_s'] * 1e3:.1f} ms; per batch: fetch {inp['fetch_s'] * 1e3:.1f} ms, "
            f"prep {inp['prep_cpu_s'] * 1e3:.1f} ms of CPU, hand-over "
