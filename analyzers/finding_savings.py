@@ -72,7 +72,9 @@ def throttled_s(ctx: Context, pipe: dict) -> float:
 def _shorten(base: dict, per_batch: float) -> dict:
     """The producers' time per batch shortened: fetch first, then CPU."""
     df = min(per_batch, base["fetch_s"])
+    keep = (base["fetch_s"] - df) / base["fetch_s"] if base["fetch_s"] > 0 else 0.0
     return {"fetch_s": base["fetch_s"] - df,
+            "fetch_cpu_s": base.get("fetch_cpu_s", 0.0) * keep,
             "prep_cpu_s": max(0.0, base["prep_cpu_s"] - (per_batch - df))}
 
 
@@ -97,7 +99,7 @@ def changes_for(ctx: Context, f: Finding, base: dict, pipe: dict) -> Optional[tu
             return None
         # the reads themselves k times faster, from the page cache too (not
         # apply's read_bw, a storage's rate, which cached reads do not see)
-        m = {"fetch_s": base["fetch_s"] / k}
+        m = {"fetch_s": base["fetch_s"] / k, "fetch_cpu_s": base.get("fetch_cpu_s", 0.0) / k}
         if base["storage_bytes_per_s"]:
             m["storage_bytes_per_s"] = base["storage_bytes_per_s"] * k
         return m, "reads at the target rate"

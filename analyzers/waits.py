@@ -790,18 +790,40 @@ def pipeline_costs(tl: Timelines, lp: Loop, eps: np.ndarray, per: np.ndarray,
                             0.0)
         for code, key in PRODUCER_PARTS.items():
             got[key] += float(d[lab == code].sum())
+        # of the fetch, the time on CPU (reads copying from the page cache,
+        # a client parsing its answers): CPU work the CPUs' stage counts
+        f = (lab == FETCH) | (lab == GET)
+        segs = ivl.as_iv(s[f], e[f])
+        off = ivl.union(_blocked(tl.offcpu(tid, s0, hi)))
+        got["fetch_cpu"] = (ivl.total(segs) - ivl.total(ivl.intersect(ivl.union(segs), off))) \
+            / 1e9 if len(segs) else 0.0
         # alive: a DataLoader's workers of one epoch exit and the next's start
         got["alive"] = ivl.total(ivl.clip(tl.alive(tid), s0, hi)) / 1e9
         out["producers"].append({"tid": int(tid), **got})
     out["restarts"] = _restarts(tl, lp.producers, eps, s0, hi, readers)
-    # the calls to next() in which the producers exited end an epoch
-    # (StopIteration, the workers shut down): no batch came of them
-    exits = np.array([b for t in lp.producers for _, b in tl.alive(t).tolist()
-                      if s0 < b < hi], dtype=np.int64)
-    ends = int(sum(bool(((exits >= a) & (exits <= b)).any()) for a, b in eps[1:].tolist())) \
-        if len(exits) else 0
-    out["batches"] = max(out["steps"] - ends, 1)
+    out["batches"] = _batches(tl, lp.producers, eps, s0, hi)
     return out
+
+
+SPLIT_GAP = 0.1     # of the median gap between waits: a gap this short is inside one next()
+
+
+def _batches(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int) -> int:
+    """The batches among the loop's waits after the first: less the calls to
+    next() in which the producers exited (an epoch's end: StopIteration, the
+    workers shut down, where that call waited), and less the waits
+    split in one next() (a DataLoader woken by a batch out of order, which it
+    keeps, then waiting again: a gap far shorter than a step's)."""
+    rest = eps[1:]
+    if not len(rest):
+        return 1
+    exits = np.array(sorted({b for t in producers for _, b in tl.alive(t).tolist()
+                             if s0 < b <= hi}), dtype=np.int64)
+    ends = [i for i, (a, b) in enumerate(rest.tolist())
+            if len(exits) and ((exits >= a) & (exits <= b)).any()]
+    gaps = eps[1:, 0] - eps[:-1, 1]
+    splits = int((gaps < SPLIT_GAP * np.median(gaps)).sum()) if len(gaps) >= 3 else 0
+    return max(len(rest) - len(ends) - splits, 1)
 
 
 def _restarts(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int,
@@ -812,7 +834,10 @@ def _restarts(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int,
     loop's first wait after it (the workers' start-up and first batch); and
     `startup_s`, the time the busiest new producer spent in it blocked other
     than in reads (its start-up's waits: an init that opens files, a barrier;
-    not its CPU, which the tracer's own work on a new process inflates)."""
+    not its CPU, which the tracer's own work on a new process inflates); and
+    `spawn_s`, what each new worker process cost the loop before it asked
+    for a batch (its fork: from the old workers' exit to the last new one's
+    start, over the new ones), None where no old worker exited first."""
     lives = {int(t): tl.alive(t).tolist() for t in producers}
     every = [iv for lv in lives.values() for iv in lv]
     out = []
@@ -824,6 +849,8 @@ def _restarts(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int,
         ends = eps[eps[:, 1] > start, 1]
         if len(ends):
             out.append((start, int(ends[0])))
+    leaders = {int(r[0]) for r in tl.con.execute(
+        "select tid from threads where tid = pid").fetchall()} & set(lives)
     got = []
     for a, b in out:
         win = np.array([[a, b]], dtype=np.int64)
@@ -836,7 +863,13 @@ def _restarts(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int,
             cpu = float(d[lab == 0].sum())
             if cpu > best[0]:
                 best = (cpu, float(d[(lab == IDLE) | (lab == OTHER)].sum()))
-        got.append({"wait_s": round((b - a) / 1e9, 6), "startup_s": round(best[1], 6)})
+        # each new worker process costs the loop its fork before next():
+        # from the old workers' exit to the last new one's start, a worker
+        new = [x for t in leaders for x, _ in lives[t] if a <= x < b]
+        gone = [y for lv in lives.values() for _, y in lv if y <= a]
+        spawn = (max(new) - max(gone)) / len(new) / 1e9 if new and gone else None
+        got.append({"wait_s": round((b - a) / 1e9, 6), "startup_s": round(best[1], 6),
+                    "spawn_s": round(spawn, 6) if spawn is not None and spawn > 0 else None})
     return got
 
 

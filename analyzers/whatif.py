@@ -6,19 +6,22 @@ trace measured in the window after the loop's first wait
 (waits.pipeline_costs): per batch, the loop's compute c (its time outside
 its waits; c_cpu of it on CPU) and its own work inside next() s (unpacking,
 collating; for a loop that loads itself, none: its loading is the producer);
-each producer's time per batch fetching f (blocked in storage reads or object
-GETs, the client's backoff included), preparing on CPU r and handing over x;
+each producer's time per batch fetching f (in storage reads or object GETs,
+the client's backoff included; f_cpu of it on CPU), preparing on CPU r and
+handing over x;
 P producers (the ones that fetched or prepared); K usable CPUs (the job's
 affinity and cgroup quota, meta.json `machine`); and, where the producers
 fetched most of their busy time, the storage's rate as measured, a ceiling
 shared by all of them. Batches come at the rate of the slowest stage:
 
     producers   P / (f + r + x)             each producer turns out a batch
-    CPU         K / (r + x + s + c_cpu)     the CPU time a step needs, on K CPUs
+    CPU         K / (r + x + s + c_cpu + f_cpu)  the CPU time a step needs, on K CPUs
     storage     R / b                       R the storage's rate, b bytes a batch
     the loop    1 / (c + s)                 it cannot go faster than its steps
 
-and AU = c x rate, the stages' times combined as a smooth maximum (_step).
+and AU = c x rate: the slower of the producers' and the CPUs' stages,
+combined with the storage's and the loop's as a smooth maximum (_step); where the producers start anew each epoch, what
+the epochs' starts cost over the steady pace is simulated (epoch_sim.py).
 A loop that loads itself (num_workers=0) is one producer that is also the
 loop: its step is c + f + r, one after the other. The measured step over
 the model's for the measured configuration (`calibration`) says how much the
@@ -74,6 +77,9 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         if prods and pipe["span_s"] > 0 else len(prods),
         # per batch, of one producer: its time divided among the batches
         "fetch_s": (tot["fetch"] + tot["backoff"]) / n,
+        # of it on CPU: reads copying from the page cache, a client's own
+        # work inside its requests (the CPUs' stage counts it)
+        "fetch_cpu_s": sum(p.get("fetch_cpu", 0.0) for p in prods) / n,
         "prep_cpu_s": tot["cpu"] / n,
         "transfer_s": tot["transfer"] / n,
         "cpus": usable_cpus(machine),
@@ -87,8 +93,11 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         # producers started anew in the window (each epoch's new DataLoader
         # workers): how many times, and their start-up's waits (the median)
         "restarts": len(pipe.get("restarts") or []),
-        "startup_s": float(sorted(r["startup_s"] for r in pipe["restarts"])[
-            len(pipe["restarts"]) // 2]) if pipe.get("restarts") else 0.0,
+        "startup_s": _median([r["startup_s"] for r in pipe.get("restarts") or []]),
+        # what each new worker process cost the loop at a restart (its fork),
+        # counted in the loop's compute
+        "spawn_s": _median([r["spawn_s"] for r in pipe.get("restarts") or []
+                            if r.get("spawn_s") is not None]),
     }
     # each batch is made by one producer: the producers' summed busy time
     # over the batches is what one batch costs one producer (their time
@@ -106,6 +115,10 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         inp["storage_bytes_per_s"] = (dev if dev >= 0.5 * bytes_read else bytes_read) \
             / pipe["span_s"]
     return inp
+
+
+def _median(xs: list) -> float:
+    return float(sorted(xs)[len(xs) // 2]) if xs else 0.0
 
 
 def cached_already(base: dict) -> bool:
@@ -132,7 +145,7 @@ def _rates(m: dict) -> dict:
         out = {"the loop's compute": 1 / (c + s) if c + s > 0 else inf,
                "producers": (m["producers"] / (f + r + x)) if m["producers"] and f + r + x > 0
                else inf}
-    cpu = r + x + s + m["compute_cpu_s"]
+    cpu = r + x + s + m["compute_cpu_s"] + m.get("fetch_cpu_s", 0.0)
     if m["cpus"] and cpu > 0:
         out["CPU"] = m["cpus"] / cpu
     if m["storage_bytes_per_s"] and m["bytes_per_step"]:
@@ -140,17 +153,29 @@ def _rates(m: dict) -> dict:
     return out
 
 
+# the producers' own pace and the CPUs' are one constraint: the producers'
+# CPU work on CPUs they share (with the loop's), the slower of the two
+SHARED_CPU = ("producers", "CPU")
+
+
 def _step(m: dict) -> tuple[float, str]:
-    """The step time: the stages' times (1 / rate) combined as a smooth
-    maximum (their SMOOTH-norm): stages of about the same pace make each
-    other wait (a batch late from one is late for the next), so two equal
-    stages take about 9% longer than either alone; one far slower stage
-    sets the pace alone. And the slowest stage."""
+    """The step time, and the slowest stage. The producers' own pace and the
+    CPUs' are the same threads' work on shared CPUs: the slower sets it (2
+    workers that fill 2 CPUs run at the CPUs' pace, not slower). That, the
+    storage and the loop hand work on through queues (requests, batches)
+    and make each other wait (a batch late from one is late for the next,
+    a device idle while the producers decode): their times are combined as
+    a smooth maximum (their SMOOTH-norm), so two of the same pace take
+    about 9% longer than either alone, while a far slower one sets the
+    pace alone."""
     rates = {k: v for k, v in _rates(m).items() if v < math.inf}
     if not rates:
         return 0.0, "nothing"
     name = min(rates, key=rates.get)
-    return sum((1 / v) ** SMOOTH for v in rates.values()) ** (1 / SMOOTH), name
+    shared = [1 / v for k, v in rates.items() if k in SHARED_CPU]
+    times = ([max(shared)] if shared else []) + [1 / v for k, v in rates.items()
+                                                 if k not in SHARED_CPU]
+    return sum(t ** SMOOTH for t in times) ** (1 / SMOOTH), name
 
 
 def _epochs_extra(base: dict, m: dict) -> float:
@@ -163,7 +188,8 @@ def _epochs_extra(base: dict, m: dict) -> float:
     restarts = base.get("restarts") or 0
     if not restarts or m["how"] == "self-loading" or not m["producers"]:
         return 0.0
-    f, cpu = m["fetch_s"], m["prep_cpu_s"] + m["transfer_s"]
+    fc = min(m.get("fetch_cpu_s", 0.0), m["fetch_s"])    # the fetch's CPU work
+    f, cpu = m["fetch_s"] - fc, m["prep_cpu_s"] + m["transfer_s"] + fc
     slots = math.inf
     if m["storage_bytes_per_s"] and m["bytes_per_step"] and f > 0:
         slots = m["storage_bytes_per_s"] * f / m["bytes_per_step"]
@@ -171,7 +197,11 @@ def _epochs_extra(base: dict, m: dict) -> float:
                               cpu_s=cpu, loop_s=m["compute_s"] + m["loop_serial_s"],
                               cpus=m["cpus"] or math.inf, fetch_slots=slots)
     n = min(EPOCH_SIM, round((base["steps"] + 1) / (restarts + 1)))
-    return epoch_sim.restart_extra(pipe, n, restarts, base["startup_s"])
+    # an epoch's batches are known to one or so (a wait split in two, an
+    # epoch's last call to next() that waited), and where they do not divide
+    # among the workers the last of them works alone: the mean of n - 1 to n + 1
+    return sum(epoch_sim.restart_extra(pipe, k, restarts, base["startup_s"])
+               for k in (n - 1, n, n + 1) if k >= 1) / (3 if n > 1 else 2)
 
 
 def mean_step(base: dict, m: dict) -> tuple[float, str]:
@@ -244,6 +274,13 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
                 return {}, "no producer was measured"
             n = base["producers"] * val if factor else val
             m["producers"] = n
+            if base["restarts"] and base["spawn_s"]:
+                # each epoch's start forks the workers: the loop's own time,
+                # on its CPU, grows or shrinks with their number
+                more = base["restarts"] * (n - base["producers"]) * base["spawn_s"] \
+                    / max(base["steps"], 1)
+                m["compute_s"] = max(base["compute_s"] + more, 0.0)
+                m["compute_cpu_s"] = max(base["compute_cpu_s"] + more, 0.0)
         elif key == "read_bw":
             if base["fetch_s"] <= 0 or cached_already(base):
                 continue                    # nothing read from storage: no change
@@ -252,13 +289,15 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
             if k is None:
                 return {}, ("the storage was not the limit (its rate is not measured as a "
                             "ceiling): give a factor, read_bw=2x")
-            m["fetch_s"] = base["fetch_s"] / k
+            # the device's time shrinks; the copying on CPU stays
+            fc = base.get("fetch_cpu_s", 0.0)
+            m["fetch_s"] = max(base["fetch_s"] - fc, 0.0) / k + fc
             if cur:
                 m["storage_bytes_per_s"] = cur * k
         elif key == "cached":
             if cached_already(base):
                 continue        # its reads were page-cache hits: their time is copying
-            m["fetch_s"] = 0.0
+            m["fetch_s"] = m["fetch_cpu_s"] = 0.0
             m["storage_bytes_per_s"] = None
         elif key == "compute":
             c, cpu = base["compute_s"], base["compute_cpu_s"]

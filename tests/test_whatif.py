@@ -6,6 +6,7 @@ first step (the steady state), and are compared with that."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -197,25 +198,30 @@ def test_storage_rate_and_cache_then_dlio(tmp_path):
 
 def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
     """DLIO with one reader thread, prep-bound (each batch 12 samples of 2
-    MiB to decode, 10 ms compute, AU ~31%): predict 2 and 4 readers, run
+    MiB to decode, 10 ms compute, AU ~30%): predict 2 and 4 readers, run
     them. On this 2-core VM one run of such short steps varies by 4 points
-    and more (2 readers ran at 59-75%), and a prediction doubles the traced
-    run's own noise: three rounds, interleaved (trace one reader, predict,
-    run 2 and 4), their medians compared. 4 readers on 2 CPUs: the CPUs
-    are the limit, and the prediction must say so and gain little over 2;
-    it is 2-9 points high (more producers than CPUs slow each other, which
-    the model leaves out; docs/whatif.md), held to 10."""
+    and more (2 readers ran at 59-75% over 2 epochs), and a prediction
+    doubles the traced run's own noise: 4 epochs a run, five rounds,
+    interleaved (trace one reader, predict, run 2 and 4), their medians
+    compared (with 2 epochs and three rounds one median in seven missed by
+    5.7 points). 4 readers on 2 CPUs: the CPUs
+    are the limit, and the prediction must say so and gain little over 2
+    (it was 2-9 points high while the readers' time copying the cached
+    files, on CPU, was left out of the CPUs' stage; docs/whatif.md)."""
     pytest.importorskip("dlio_benchmark")
     import statistics
     import test_dlio as dl
     data, gen = tmp_path / "data", tmp_path / "gen"
     ov = ["++workload.train.computation_time=0.01", "++workload.reader.batch_size=12",
-          "++workload.train.epochs=2", "++workload.dataset.num_files_train=480"]
+          "++workload.train.epochs=4", "++workload.dataset.num_files_train=480"]
     subprocess.run(dl.dlio_args(data, gen, *ov, "++workload.workflow.generate_data=True",
                                 "++workload.workflow.train=False"),
                    env=dl.ENV, check=True, capture_output=True, timeout=600)
     for f in (data / "train").iterdir():        # cached: the readers' CPU is the limit
         f.read_bytes()
+    # the gigabyte just written, flushed now: its writeback took the CPUs
+    # and the disk from the first rounds (their one-reader traces 20% slow)
+    os.sync()
 
     def cmd(readers: int):
         out = tmp_path / f"out{readers}"
@@ -223,7 +229,7 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
 
     pred: dict[int, list] = {2: [], 4: []}
     ran: dict[int, list] = {2: [], 4: []}
-    for round_ in range(3):
+    for round_ in range(5):
         c, out = cmd(1)
         proc, trace = trace_run(tmp_path / f"t{round_}", *c, env=dl.ENV)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -248,9 +254,8 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
               f"{ran[2][-1]:.1%}; 4 readers predicted {pred[4][-1]:.1%}, ran {ran[4][-1]:.1%}")
     med = {n: (statistics.median(pred[n]), statistics.median(ran[n])) for n in (2, 4)}
     print("medians (predicted, ran):", med)
-    assert med[2][0] == pytest.approx(med[2][1], abs=POINTS), (pred, ran)
-    # 4 readers: high by 1.8-8.5 points in six such medians (docs/whatif.md)
-    assert med[4][1] - POINTS <= med[4][0] <= med[4][1] + 2 * POINTS, (pred, ran)
+    for n in (2, 4):
+        assert med[n][0] == pytest.approx(med[n][1], abs=POINTS), (pred, ran)
     if (base["inputs"]["cpus"] or 0) <= 2:
         assert med[4][0] - med[2][0] < POINTS, (pred, ran)
 
