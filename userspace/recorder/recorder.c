@@ -67,6 +67,8 @@ struct options {
 	bool verbose;
 	bool profile;		/* aggregate in kernel (bpf/profile.h) */
 	int profile_max_keys;	/* size of the aggregate table (tests force it full) */
+	bool rates_files;	/* live use: each second's sums a file of its own, no
+				 * whole-run table (iotrace exporter reads and deletes them) */
 	const char *verbs_lib;
 	const char *tls_libs[9];	/* --tls-lib, NULL-terminated */
 	int ntls_libs;
@@ -225,6 +227,37 @@ static int spool_close(void)
 	rename(from, to);
 	sp.seq++;
 	return 0;
+}
+
+/* Profile mode's finished seconds: appended to profile-rates.bin, or with
+ * --rates-files each drain a file of its own, rates-N.bin, renamed whole
+ * (a live reader takes and deletes them: nothing grows however long it runs). */
+static long rates_drain(FILE *out, __u32 before_sec)
+{
+	static unsigned rates_seq;
+	char from[4096], to[4096];
+	long moved;
+	FILE *f;
+
+	if (!opt.rates_files)
+		return prof_rates_drain(out, before_sec);
+	snprintf(from, sizeof(from), "%s/rates-%06u.bin.part", opt.spool, rates_seq);
+	f = fopen(from, "w");
+	if (!f)
+		return -1;
+	moved = prof_rates_drain(f, before_sec);
+	if (fclose(f) || moved < 0) {
+		unlink(from);
+		return -1;
+	}
+	if (moved == 0) {
+		unlink(from);
+		return 0;
+	}
+	snprintf(to, sizeof(to), "%s/rates-%06u.bin", opt.spool, rates_seq++);
+	if (rename(from, to))
+		return -1;
+	return moved;
 }
 
 /* ---- ring buffer drain -------------------------------------------------- */
@@ -704,6 +737,9 @@ static void usage(FILE *f)
 		"  --profile          sum calls in kernel per process, file, op, size and\n"
 		"                     latency bucket, and per second (profile-*.bin in the\n"
 		"                     spool); records only what names files and processes\n"
+		"  --rates-files      with --profile: each second's sums a file of its own,\n"
+		"                     rates-N.bin, and no whole-run table (live readers\n"
+		"                     take and delete them: iotrace exporter)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
@@ -735,6 +771,7 @@ static int parse_args(int argc, char **argv)
 		{ "check", no_argument, 0, 'c' },
 		{ "profile", no_argument, 0, 'P' },
 		{ "profile-max-keys", required_argument, 0, 'K' },
+		{ "rates-files", no_argument, 0, 'R' },
 		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "tls-lib", required_argument, 0, 'T' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -768,6 +805,7 @@ static int parse_args(int argc, char **argv)
 		case 'c': opt.check = true; break;
 		case 'P': opt.profile = true; break;
 		case 'K': opt.profile_max_keys = atoi(optarg); break;
+		case 'R': opt.rates_files = true; break;
 		case 'L': opt.verbs_lib = optarg; break;
 		case 'T':
 			if (opt.ntls_libs == 8) {
@@ -1130,8 +1168,8 @@ open_core:
 			goto out;
 		}
 		snprintf(path, sizeof(path), "%s/profile-rates.bin", opt.spool);
-		prof_rates = fopen(path, "w");
-		if (!prof_rates) {
+		prof_rates = opt.rates_files ? NULL : fopen(path, "w");
+		if (!prof_rates && !opt.rates_files) {
 			say("cannot write to %s: %s", opt.spool, strerror(errno));
 			goto out;
 		}
@@ -1249,8 +1287,8 @@ open_core:
 		 * for calls ending on another CPU), and the whole-run table every 5 s
 		 * so that a killed trace keeps it */
 		if (opt.profile && now - last_profile >= 1000000000ull) {
-			if (prof_rates_drain(prof_rates, now / 1000000000ull - 1) < 0 ||
-			    (now - last_snapshot >= 5000000000ull &&
+			if (rates_drain(prof_rates, now / 1000000000ull - 1) < 0 ||
+			    (now - last_snapshot >= 5000000000ull && !opt.rates_files &&
 			     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_lost),
 						 opt.spool) < 0)) {
 				sp.failed = true;
@@ -1350,8 +1388,9 @@ open_core:
 		rings_release(~0ull);
 	}
 	if (opt.profile && !sp.failed &&
-	    (prof_rates_drain(prof_rates, ~0u) < 0 ||
-	     prof_calls_snapshot(bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0)) {
+	    (rates_drain(prof_rates, ~0u) < 0 ||
+	     (!opt.rates_files &&
+	      prof_calls_snapshot(bpf_map__fd(skel->maps.prof_lost), opt.spool) < 0))) {
 		sp.failed = true;
 		sp.err = errno;
 	}

@@ -1,0 +1,176 @@
+"""`iotrace exporter` scraped by a real Prometheus server (Debian's
+package): the tests ask Prometheus's HTTP API, not the exporter, and hold
+its rates to the workloads' own numbers (fio's JSON)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_root
+
+pytestmark = needs_root()
+PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cgroup_root(name: str) -> Path:
+    """A new cgroup to hold the test's jobs: cgroup v2, else v1's pids hierarchy."""
+    base = Path("/sys/fs/cgroup")
+    for b in (base, base / "unified", base / "pids"):
+        if (b / "cgroup.procs").exists():
+            try:
+                (b / name).mkdir(exist_ok=True)
+                return b / name
+            except OSError:
+                continue
+    pytest.skip("no writable cgroup hierarchy")
+
+
+def rm_cgroup(path: Path) -> None:
+    for d in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
+        if d.is_dir():
+            d.rmdir()
+    path.rmdir()
+
+
+def get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def wait_for(url: str, what: str, timeout: float = 60.0, proc=None) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            out = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise AssertionError(f"{what} exited ({proc.returncode}): {out[-2000:]}")
+        try:
+            get(url, 2.0)
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"{what} did not answer at {url} in {timeout:.0f} s")
+
+
+class Prometheus:
+    def __init__(self, tmp: Path, target: str):
+        self.port = free_port()
+        cfg = tmp / "prometheus.yml"
+        cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                       "scrape_configs:\n  - job_name: iotrace\n    static_configs:\n"
+                       f"      - targets: ['{target}']\n")
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(f"http://127.0.0.1:{self.port}/-/ready", "prometheus", proc=self.proc)
+
+    def query(self, expr: str, at: float) -> dict:
+        """{labels of the series as a tuple of its cgroup: value} at time `at`."""
+        q = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+        got = json.loads(get(f"http://127.0.0.1:{self.port}/api/v1/query?{q}"))
+        assert got["status"] == "success", got
+        return {r["metric"].get("cgroup", ""): float(r["value"][1])
+                for r in got["data"]["result"]}
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A cgroup root with two jobs' cgroups, the exporter on it, and a
+    Prometheus scraping the exporter every second."""
+    if PROMETHEUS is None:
+        pytest.fail("Debian's prometheus package is not installed (make test installs it)")
+    root = cgroup_root(f"iotrace-exporter-{os.getpid()}")
+    for job in ("jobA", "jobB"):
+        (root / job).mkdir(exist_ok=True)
+    port = free_port()
+    exp = subprocess.Popen([sys.executable, "-m", "iotrace", "exporter", "--listen",
+                            f"127.0.0.1:{port}", "--cgroup-root", str(root)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    prom = None
+    try:
+        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp)
+        prom = Prometheus(tmp_path, f"127.0.0.1:{port}")
+        yield root, port, prom, exp
+    finally:
+        if prom:
+            prom.stop()
+        if exp.poll() is None:
+            exp.send_signal(2)
+            try:
+                exp.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                exp.kill()
+        for p in root.rglob("cgroup.procs"):
+            for pid in p.read_text().split():
+                try:
+                    os.kill(int(pid), 9)
+                except OSError:
+                    pass
+        time.sleep(0.5)
+        rm_cgroup(root)
+
+
+def fio_in(cgroup: Path, data: Path, out: Path, rate: str, seconds: int):
+    """fio reading `data` (cached) at a fixed rate, started inside `cgroup`."""
+    cmd = (f"echo $$ > {cgroup}/cgroup.procs && exec fio --name=r --filename={data} "
+           f"--rw=read --bs=128k --ioengine=psync --invalidate=0 --rate={rate} --time_based "
+           f"--runtime={seconds} --output-format=json --output={out}")
+    return subprocess.Popen(["sh", "-c", cmd])
+
+
+def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
+    """Two fio jobs in two cgroups, 40 and 10 MiB/s: Prometheus's rate() of
+    iotrace_read_bytes_total per cgroup is each one's fio bandwidth within
+    5%, and the total bytes within 5% of fio's; once a job's cgroup is
+    removed its series leave /metrics (Prometheus returns nothing)."""
+    root, port, prom, exp = node
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(1 << 20) * 64)
+    data.read_bytes()
+    seconds = 14
+    start = time.time()
+    fios = {job: fio_in(root / job, data, tmp_path / f"{job}.json", rate, seconds)
+            for job, rate in (("jobA", "40m"), ("jobB", "10m"))}
+    for p in fios.values():
+        assert p.wait(timeout=seconds + 60) == 0
+    time.sleep(4)                               # the last seconds' sums, scraped
+    end = time.time()
+    own = {job: json.loads((tmp_path / f"{job}.json").read_text())["jobs"][0]["read"]
+           for job in fios}
+    # the rate over the steady middle of the run (the sums arrive 1-2 s late)
+    at = start + seconds - 1
+    rate = prom.query("rate(iotrace_read_bytes_total[8s])", at)
+    total = prom.query("max_over_time(iotrace_read_bytes_total[2m])", end)
+    for job in fios:
+        bw = own[job]["bw_bytes"]
+        print(f"{job}: fio {bw / 2**20:.2f} MiB/s, {own[job]['io_bytes'] / 2**20:.1f} MiB; "
+              f"prometheus rate {rate.get(job, 0) / 2**20:.2f} MiB/s, "
+              f"total {total.get(job, 0) / 2**20:.1f} MiB")
+        assert rate.get(job) == pytest.approx(bw, rel=0.05), (job, rate, bw)
+        assert total.get(job) == pytest.approx(own[job]["io_bytes"], rel=0.05), (job, total)
+    # jobB's cgroup goes: 15 s later its series are gone, jobA's stay
+    rm_cgroup(root / "jobB")
+    time.sleep(19)
+    now = prom.query("iotrace_read_bytes_total", time.time())
+    assert "jobA" in now and "jobB" not in now, now
+    assert exp.poll() is None

@@ -1,0 +1,104 @@
+"""`iotrace exporter`: Prometheus metrics of every training job on a node
+(exporter.py; docs/exporter.md). cli.py wires it in with `register(...)`."""
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable
+
+import click
+
+
+def _listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"{value!r}: give HOST:PORT, e.g. 127.0.0.1:9464")
+    return value
+
+
+def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> None:
+    @cli.command(context_settings=context)
+    @click.option("--listen", default="127.0.0.1:9464", show_default=True, metavar="HOST:PORT",
+                  help="Where /metrics is served. Localhost unless you say otherwise: the "
+                       "metrics name your jobs' cgroups.")
+    @click.option("--cgroup-root", required=True, metavar="PATH",
+                  help="The cgroup whose sub-cgroups are the jobs (below /sys/fs/cgroup, "
+                       "absolute or relative to it), e.g. kubepods.slice or "
+                       "system.slice/slurmstepd.scope. Every process below it is traced, "
+                       "those that start later too.")
+    @click.option("--match", metavar="REGEX",
+                  help="A job is the outermost cgroup below the root whose path relative to "
+                       "it matches REGEX (whole). Default: every cgroup just below the root.")
+    @click.option("--spool-dir", metavar="DIR", type=click.Path(file_okay=False),
+                  help="Where the recorder's output waits to be read (a few seconds' worth; "
+                       "deleted as read). Default: a new directory under /run or /tmp.")
+    def exporter(listen, cgroup_root, match, spool_dir):
+        """Serve Prometheus metrics of the I/O of every job on this node.
+
+        \b
+        Follows every process below --cgroup-root (a profile: calls summed in
+        the kernel, no record per call) and serves, per job (label `cgroup`,
+        the job's cgroup relative to the root):
+          iotrace_read_bytes_total, iotrace_write_bytes_total,
+          iotrace_storage_read_bytes_total   (what the page cache had to read)
+          iotrace_calls_total{op}, iotrace_call_seconds_total{op}
+          iotrace_device_bytes_total{device,op}
+        and per device iotrace_device_request_seconds (a histogram), with
+        iotrace_records_dropped_total and iotrace_jobs. A job whose cgroup
+        is removed leaves /metrics 15 s later. No file names are exported.
+
+        \b
+        Examples:
+          sudo iotrace exporter --cgroup-root kubepods.slice --match '.*/kubepods-pod[^/]*\\.slice'
+          sudo iotrace exporter --cgroup-root system.slice/slurmstepd.scope --match 'job_[0-9]+'
+          sudo iotrace exporter --cgroup-root iotrace-jobs --listen 0.0.0.0:9464
+
+        Stop it with Ctrl-C or SIGTERM: the probes are removed as it exits.
+        """
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            fail("the exporter needs the prometheus_client package: pip install "
+                 "prometheus-client (make installs it)")
+        if match:
+            try:
+                re.compile(match)
+            except re.error as e:
+                fail(f"--match {match!r} is not a regular expression: {e}")
+        _listen(listen)
+        from .live_jobs import cgroup_root_dir
+        root = cgroup_root_dir(cgroup_root)
+        if not root.is_dir():
+            fail(f"--cgroup-root {cgroup_root}: {root} is not a cgroup directory (the "
+                 "cgroup v2 tree is under /sys/fs/cgroup)")
+        check_can_trace()
+        from .exporter import serve
+        base = Path(spool_dir) if spool_dir else Path(tempfile.mkdtemp(
+            prefix="iotrace-exporter-", dir="/run" if Path("/run").is_dir() else None))
+        spool = base / "spool"
+        stop = threading.Event()
+
+        def on_signal(signum, frame):
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+        def ready(rec):
+            click.echo(f"iotrace exporter: serving http://{listen}/metrics for the jobs below "
+                       f"{root} (Ctrl-C to stop)", err=True)
+
+        try:
+            serve(listen, cgroup_root, match, spool, stop, ready=ready)
+        except OSError as e:
+            fail(f"cannot serve on {listen}: {e.strerror or e}", 3)
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)
+            if not spool_dir:
+                shutil.rmtree(base, ignore_errors=True)
+        sys.exit(0)

@@ -1,0 +1,219 @@
+"""`iotrace exporter`: the node's training jobs' I/O as Prometheus metrics.
+
+One recorder in profile mode follows every process below a cgroup root
+(live_feed.py); each job is a cgroup below it (live_jobs.py). This module
+sums what the recorder sends into counters per job and serves them on
+/metrics (prometheus_client). Metric names and labels: docs/exporter.md.
+
+Labels are bounded: `cgroup` (the job), `op` (the system call, a fixed set),
+`device` (block devices). No file names.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+
+from .abi import COPY_OPS, OP_NAMES, READ_OPS, RECV_OPS, SEND_OPS, WRITE_OPS
+from .live_jobs import Jobs
+from .storage_io import _kernel_dev, device_names
+
+OP = {name: i for i, name in enumerate(OP_NAMES)}
+READ_CODES = {OP[o] for o in READ_OPS + RECV_OPS}
+WRITE_CODES = {OP[o] for o in WRITE_OPS + SEND_OPS}
+COPY_CODES = {OP[o] for o in COPY_OPS}
+FORK, EXIT, BLOCK = OP["proc_fork"], OP["proc_exit"], OP["block_rq"]
+# device request latency buckets (seconds): 50 us to 5 s
+LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,
+                   0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Sums:
+    """The exporter's counters, keyed by job; read by the collector under a lock."""
+
+    def __init__(self, jobs: Jobs):
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.io: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.calls: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self.device: dict[tuple[str, str, str], float] = defaultdict(float)
+        self.latency: dict[tuple[str, str], list] = {}
+        self.devnames = device_names()
+        self.rows = 0
+        self.unattributed_calls = 0.0
+        self.recorder: dict = {}
+
+    def _device(self, dev: int) -> str:
+        key = "%d:%d" % _kernel_dev(int(dev))
+        if key not in self.devnames:
+            self.devnames = device_names()
+        return self.devnames.get(key, key)
+
+    def add_rates(self, rows: np.ndarray) -> None:
+        """Per-second sums (pid, op): calls, bytes, seconds, bytes from storage."""
+        if not len(rows):
+            return
+        job_of = {int(p): self.jobs.job_of(int(p)) for p in np.unique(rows["pid"])}
+        with self.lock:
+            self.rows += len(rows)
+            for r in rows:
+                job = job_of[int(r["pid"])]
+                if job is None:
+                    self.unattributed_calls += int(r["calls"])
+                    continue
+                op = int(r["op"])
+                c = self.calls[(job, OP_NAMES[op] if op < len(OP_NAMES) else str(op))]
+                c[0] += int(r["calls"])
+                c[1] += int(r["dur_ns"]) / 1e9
+                io = self.io[job]
+                if op in READ_CODES:
+                    io["read_bytes"] += int(r["bytes"])
+                    io["storage_read_bytes"] += int(r["cache_bytes"])
+                elif op in WRITE_CODES:
+                    io["write_bytes"] += int(r["bytes"])
+                elif op in COPY_CODES:
+                    io["read_bytes"] += int(r["bytes"])
+                    io["write_bytes"] += int(r["bytes"])
+
+    def add_records(self, recs: np.ndarray) -> None:
+        """Process life (whose job a new process is) and block-device requests."""
+        if not len(recs):
+            return
+        ops = recs["op"]
+        for r in recs[ops == FORK]:
+            self.jobs.forked(int(r["pid"]), int(r["ret"]))
+        for r in recs[ops == EXIT]:
+            self.jobs.exited(int(r["pid"]))
+        blk = recs[ops == BLOCK]
+        if not len(blk):
+            return
+        with self.lock:
+            for r in blk:
+                job = self.jobs.job_of(int(r["pid"])) if r["pid"] > 0 else None
+                kind = {0: "read", 1: "write"}.get(int(r["flags"]) & 0xFF, "other")
+                dev = self._device(int(r["mode"]))
+                if job is not None:
+                    self.device[(job, dev, kind)] += int(r["req_bytes"])
+                h = self.latency.setdefault((dev, kind), [0] * (len(LATENCY_BUCKETS) + 1)
+                                            + [0.0])
+                s = int(r["dur_ns"]) / 1e9
+                h[int(np.searchsorted(LATENCY_BUCKETS, s))] += 1
+                h[-1] += s
+
+    def forget(self, jobs: set[str]) -> None:
+        """Jobs whose cgroups are gone: their series leave /metrics."""
+        with self.lock:
+            for j in jobs:
+                self.io.pop(j, None)
+                for k in [k for k in self.calls if k[0] == j]:
+                    del self.calls[k]
+                for k in [k for k in self.device if k[0] == j]:
+                    del self.device[k]
+
+
+class Collector:
+    """prometheus_client collector over Sums (read at each scrape)."""
+
+    def __init__(self, sums: Sums):
+        self.sums = sums
+
+    def collect(self):
+        from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                            HistogramMetricFamily)
+        s = self.sums
+        with s.lock:
+            jobs = sorted(set(s.io) | s.jobs.live)
+            fams = {name: CounterMetricFamily(f"iotrace_{name}", help_, labels=["cgroup"])
+                    for name, help_ in (
+                        ("read_bytes", "Bytes the job's read calls returned (files, pipes, "
+                                       "sockets; in-kernel copies count both ways)."),
+                        ("write_bytes", "Bytes the job's write calls wrote."),
+                        ("storage_read_bytes", "Of the bytes read, those the page cache had "
+                                               "to bring from storage (or read O_DIRECT)."))}
+            for job in jobs:
+                io = s.io.get(job, {})
+                for name, fam in fams.items():
+                    fam.add_metric([job], io.get(name, 0.0))
+            yield from fams.values()
+            calls = CounterMetricFamily("iotrace_calls", "System calls of the job, by op.",
+                                        labels=["cgroup", "op"])
+            secs = CounterMetricFamily("iotrace_call_seconds",
+                                       "Time the job's threads spent in the calls, by op.",
+                                       labels=["cgroup", "op"])
+            for (job, op), (n, t) in sorted(s.calls.items()):
+                calls.add_metric([job, op], n)
+                secs.add_metric([job, op], t)
+            yield calls
+            yield secs
+            dev = CounterMetricFamily("iotrace_device_bytes",
+                                      "Bytes of the block-device requests made for the job.",
+                                      labels=["cgroup", "device", "op"])
+            for (job, d, kind), v in sorted(s.device.items()):
+                dev.add_metric([job, d, kind], v)
+            yield dev
+            lat = HistogramMetricFamily("iotrace_device_request_seconds",
+                                        "Block-device requests of the traced jobs, from issue "
+                                        "to completion.", labels=["device", "op"])
+            for (d, kind), h in sorted(s.latency.items()):
+                cum, buckets = 0, []
+                for le, n in zip(LATENCY_BUCKETS, h):
+                    cum += n
+                    buckets.append((repr(le), cum))
+                cum += h[len(LATENCY_BUCKETS)]
+                buckets.append(("+Inf", cum))
+                lat.add_metric([d, kind], buckets, h[-1])
+            yield lat
+            g = GaugeMetricFamily("iotrace_jobs", "Jobs (cgroups) followed now.")
+            g.add_metric([], len(s.jobs.live))
+            yield g
+            rec = s.recorder
+            for name, key, help_ in (
+                    ("records_dropped", "drops", "Records the kernel could not hand to the "
+                                                  "recorder (their calls are missing)."),):
+                c = CounterMetricFamily(f"iotrace_{name}", help_)
+                c.add_metric([], float(rec.get(key, 0)))
+                yield c
+            u = CounterMetricFamily("iotrace_unattributed_calls",
+                                    "Calls of processes in the tree but in no job's cgroup.")
+            u.add_metric([], s.unattributed_calls)
+            yield u
+
+
+def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
+          stop: threading.Event, ready: Optional[callable] = None,
+          poll_s: float = 0.5) -> None:
+    """Runs until stop is set: the recorder, the sums and the HTTP server."""
+    from prometheus_client import start_http_server
+    from prometheus_client.core import CollectorRegistry
+
+    from .live_feed import LiveRecorder
+
+    host, _, port = listen.rpartition(":")
+    jobs = Jobs(cgroup_root, match)
+    sums = Sums(jobs)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector(sums))
+    rec = LiveRecorder(spool, str(jobs.root))
+    rec.start()
+    server, thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+    if ready:
+        ready(rec)
+    last_scan = 0.0
+    try:
+        while not stop.is_set() and rec.alive():
+            rec.read_status(poll_s)
+            sums.add_records(rec.take_records())
+            sums.add_rates(rec.take_rates())
+            sums.recorder = dict(rec.stats)
+            if time.monotonic() - last_scan >= 1.0:
+                _, forget = jobs.scan()
+                sums.forget(forget)
+                last_scan = time.monotonic()
+    finally:
+        rec.stop()
+        sums.add_records(rec.take_records())
+        sums.add_rates(rec.take_rates())
+        server.shutdown()

@@ -1,0 +1,150 @@
+"""The recorder run for live use (`iotrace exporter`, `iotrace top`): a
+profile that follows a cgroup tree, whose output is read as it comes and
+deleted, so that nothing grows however long it runs.
+
+The recorder (userspace/recorder) writes to a spool directory:
+  rates-NNNNNN.bin  each second's sums per process and op (--rates-files:
+                    one file a drain, renamed whole; profile.py RATE_DTYPE)
+  NNNNNN.ev/.str    the records still kept one by one in a profile: process
+                    life and block-device requests (abi.EVENT_DTYPE), whole
+                    once the .ev name appears, read in order
+and JSON status lines on a pipe (ready, stats every 500 ms, joined, end).
+This module starts it, reads the three, and deletes what it read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .abi import EVENT_DTYPE
+from .convert import read_segment
+from .errors import EXIT_ENV, IotraceError
+from .profile import RATE_DTYPE
+from .session import recorder_path
+
+RATES_RE = re.compile(r"rates-(\d+)\.bin")
+SEGMENT_RE = re.compile(r"(\d+)\.ev")
+
+
+class LiveRecorder:
+    """One recorder in profile mode following the processes of a cgroup tree."""
+
+    def __init__(self, spool: Path, cgroup_root: str, ringbuf_mb: int = 16):
+        self.spool = spool
+        self.args = ["--profile", "--rates-files", "--follow-cgroup", cgroup_root,
+                     "--ringbuf-mb", str(ringbuf_mb)]
+        self.proc: Optional[subprocess.Popen] = None
+        self.ready: Optional[dict] = None
+        self.stats: dict = {}
+        self.end: Optional[dict] = None
+        self._buf = b""
+        self._status = None
+        self.joined: list[int] = []        # pids the recorder found in the tree
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.spool.mkdir(parents=True, exist_ok=True)
+        rfd, wfd = os.pipe()
+        cmd = [recorder_path(), "--spool", str(self.spool), "--status-fd", str(wfd),
+               *self.args]
+        try:
+            self.proc = subprocess.Popen(cmd, pass_fds=(wfd,), stdin=subprocess.DEVNULL)
+        except OSError as e:
+            raise IotraceError(f"cannot start the recorder {cmd[0]}: {e.strerror}", EXIT_ENV)
+        os.close(wfd)
+        self._status = os.fdopen(rfd, "rb", buffering=0)
+        waited = 0.0
+        while self.ready is None and self.end is None and waited < timeout:
+            if not self.read_status(1.0) and self.proc.poll() is not None:
+                break
+            waited += 1.0
+        if self.ready is None:
+            self.stop()
+            why = (self.end or {}).get("message") or (self.end or {}).get("error") \
+                or "it exited before it was ready (run `iotrace doctor`)"
+            raise IotraceError(f"the recorder did not start: {why}", EXIT_ENV)
+
+    def read_status(self, timeout: float = 0.0) -> bool:
+        """Reads the status lines waiting (the recorder blocks when the pipe
+        is full: call this often)."""
+        if self._status is None:
+            return False
+        sel = selectors.DefaultSelector()
+        sel.register(self._status, selectors.EVENT_READ)
+        got = bool(sel.select(timeout))
+        sel.close()
+        if not got:
+            return False
+        chunk = self._status.read(65536)
+        if not chunk:
+            return False
+        self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            kind = msg.get("type")
+            if kind == "ready":
+                self.ready = msg
+            elif kind == "stats":
+                self.stats = msg
+            elif kind == "joined":
+                self.joined.append(int(msg["pid"]))
+            elif kind in ("end", "error"):
+                self.end = msg
+        return True
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def take_rates(self) -> np.ndarray:
+        """The per-second sums written since the last call, deleted."""
+        files = sorted(((int(m.group(1)), self.spool / m.group(0))
+                        for m in map(RATES_RE.fullmatch, os.listdir(self.spool)) if m))
+        parts = []
+        for _, path in files:
+            raw = path.read_bytes()
+            whole = len(raw) - len(raw) % RATE_DTYPE.itemsize
+            parts.append(np.frombuffer(raw[:whole], dtype=RATE_DTYPE))
+            path.unlink()
+        return np.concatenate(parts) if parts else np.zeros(0, RATE_DTYPE)
+
+    def take_records(self) -> np.ndarray:
+        """The records of the segments closed since the last call, in order,
+        deleted with their payloads (not needed live: paths, argv)."""
+        segs = sorted(((int(m.group(1)), self.spool / m.group(0))
+                       for m in map(SEGMENT_RE.fullmatch, os.listdir(self.spool)) if m))
+        parts = []
+        for _, path in segs:
+            recs, _ = read_segment(path)
+            parts.append(recs.copy())
+            path.unlink()
+            path.with_suffix(".str").unlink(missing_ok=True)
+        return np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            while self.proc.poll() is None and timeout > 0:
+                self.read_status(0.25)
+                timeout -= 0.25
+            self.proc.wait(timeout=max(timeout, 0.1))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.read_status(0.0)
+        if self._status is not None:
+            self._status.close()
+            self._status = None
