@@ -14,10 +14,11 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config g
 # for DLIO (the MLPerf Storage benchmark) whose own AU the verdict is checked against;
 # a Java runtime for Spark (the report on `--engine spark` is checked against DuckDB's);
 # s3fs-fuse and openssl for the object-storage tests (a bucket mounted with FUSE, a local CA);
-# a Prometheus server that scrapes `iotrace exporter` in its tests.
+# a Prometheus server that scrapes `iotrace exporter` in its tests, and tmux, the
+# terminal `iotrace top` is checked in.
 TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server \
 	libibverbs-dev ibverbs-providers iproute2 libopenmpi-dev openmpi-bin openjdk-17-jre-headless \
-	s3fs openssl prometheus
+	s3fs openssl prometheus tmux
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder

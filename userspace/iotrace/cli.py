@@ -911,8 +911,10 @@ from .cli_whatif import register as register_whatif  # noqa: E402
 register_whatif(cli, CONTEXT, fail)
 
 from .cli_exporter import register as register_exporter  # noqa: E402
+from .cli_exporter import register_top  # noqa: E402
 
 register_exporter(cli, CONTEXT, fail, check_can_trace)
+register_top(cli, CONTEXT, fail, check_can_trace)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -102,3 +102,75 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
             if not spool_dir:
                 shutil.rmtree(base, ignore_errors=True)
         sys.exit(0)
+
+
+def register_top(cli, context: dict, fail: Callable[..., None], check_can_trace) -> None:
+    @cli.command(context_settings=context)
+    @click.option("--cgroup-root", metavar="PATH",
+                  help="Show every job below this cgroup (as `iotrace exporter` counts them).")
+    @click.option("--match", metavar="REGEX",
+                  help="With --cgroup-root: which cgroups below it are jobs (as the exporter).")
+    @click.option("--pid", "pids", type=int, multiple=True, metavar="PID",
+                  help="Show this process and the ones it starts (repeatable).")
+    def top(cgroup_root, match, pids):
+        """Watch the I/O of running jobs, live, in the terminal.
+
+        \b
+        Refreshed every second: per job its read and write rates (MiB/s),
+        read and write calls a second, what the page cache had to read from
+        storage and its hit share, its threads' time in reads and writes
+        (threads in I/O on average); per block device its rates, requests a
+        second and mean latency. Rates are over the last 5 s. Keys: s
+        changes the sort (read, write, read IOPS, from storage), q quits
+        (Ctrl-C too). A profile: the calls are summed in the kernel.
+
+        \b
+        Examples:
+          sudo iotrace top --pid 4242
+          sudo iotrace top --cgroup-root kubepods.slice --match '.*/kubepods-pod[^/]*\\.slice'
+        """
+        if bool(cgroup_root) == bool(pids):
+            fail("give --cgroup-root PATH or --pid PID (one of them)")
+        if match and not cgroup_root:
+            fail("--match is for --cgroup-root")
+        if not sys.stdout.isatty():
+            fail("iotrace top draws on a terminal; for numbers a program reads, run "
+                 "`iotrace exporter` and scrape /metrics")
+        from .exporter import Sums
+        from .live_feed import LiveRecorder
+        from .live_jobs import Jobs, PidJobs, cgroup_root_dir
+        from .top import run
+        if cgroup_root:
+            root = cgroup_root_dir(cgroup_root)
+            if not root.is_dir():
+                fail(f"--cgroup-root {cgroup_root}: {root} is not a cgroup directory")
+            if match:
+                try:
+                    re.compile(match)
+                except re.error as e:
+                    fail(f"--match {match!r} is not a regular expression: {e}")
+            jobs = Jobs(str(root), match)
+            title = f"iotrace top: the jobs below {root}"
+        else:
+            missing = [p for p in pids if not Path(f"/proc/{p}").exists()]
+            if missing:
+                fail(f"no process {missing[0]} (is it running?)", 3)
+            jobs = PidJobs(list(pids))
+            title = "iotrace top: " + ", ".join(sorted(jobs.live))
+        check_can_trace()
+        base = Path(tempfile.mkdtemp(prefix="iotrace-top-",
+                                     dir="/run" if Path("/run").is_dir() else None))
+        rec = LiveRecorder(base / "spool", cgroup_root=str(jobs.root) if cgroup_root else None,
+                           pids=pids)
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *a: stop.set())
+        signal.signal(signal.SIGTERM, lambda *a: stop.set())
+        why = "quit"
+        try:
+            rec.start()
+            why = run(rec, Sums(jobs), title, stop)
+        finally:
+            rec.stop()
+            shutil.rmtree(base, ignore_errors=True)
+        if why not in ("quit",):
+            click.echo(f"iotrace top: {why}", err=True)

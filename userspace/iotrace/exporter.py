@@ -196,7 +196,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     sums = Sums(jobs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(sums))
-    rec = LiveRecorder(spool, str(jobs.root))
+    rec = LiveRecorder(spool, cgroup_root=str(jobs.root))
     rec.start()
     server, thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
     if ready:

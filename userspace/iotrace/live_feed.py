@@ -35,12 +35,17 @@ SEGMENT_RE = re.compile(r"(\d+)\.ev")
 
 
 class LiveRecorder:
-    """One recorder in profile mode following the processes of a cgroup tree."""
+    """One recorder in profile mode following the processes of a cgroup tree
+    (or the process trees of some pids)."""
 
-    def __init__(self, spool: Path, cgroup_root: str, ringbuf_mb: int = 16):
+    def __init__(self, spool: Path, cgroup_root: Optional[str] = None,
+                 pids: tuple = (), ringbuf_mb: int = 16):
         self.spool = spool
-        self.args = ["--profile", "--rates-files", "--follow-cgroup", cgroup_root,
-                     "--ringbuf-mb", str(ringbuf_mb)]
+        self.args = ["--profile", "--rates-files", "--ringbuf-mb", str(ringbuf_mb)]
+        if cgroup_root:
+            self.args += ["--follow-cgroup", cgroup_root]
+        for pid in pids:
+            self.args += ["--pid", str(pid)]
         self.proc: Optional[subprocess.Popen] = None
         self.ready: Optional[dict] = None
         self.stats: dict = {}

@@ -144,3 +144,51 @@ class Jobs:
                 self._exited.pop(pid)
                 self._pid_job.pop(pid, None)
         return new, forget
+
+
+def _ppid_comm(pid: int) -> tuple[int, str]:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    return int(text[text.rindex(")") + 2:].split()[1]), comm
+
+
+class PidJobs:
+    """`iotrace top --pid N ...`: each traced process tree is a job, named by
+    its root's pid and command; a process belongs to the root above it."""
+
+    def __init__(self, pids: list[int]):
+        self._pid_job: dict[int, Optional[str]] = {}
+        for p in pids:
+            try:
+                comm = _ppid_comm(p)[1]
+            except (OSError, ValueError):
+                comm = "?"
+            self._pid_job[p] = f"{p} {comm}"
+        self.live = set(self._pid_job.values())
+        self.gone: dict[str, float] = {}
+        self.unplaced_pids = 0
+
+    def job_of(self, pid: int) -> Optional[str]:
+        if pid in self._pid_job:
+            return self._pid_job[pid]
+        seen, p = [], pid
+        try:
+            while p > 1 and p not in self._pid_job and len(seen) < 64:
+                seen.append(p)
+                p = _ppid_comm(p)[0]
+        except (OSError, ValueError):
+            return None
+        job = self._pid_job.get(p)
+        for q in seen:
+            self._pid_job[q] = job
+        return job
+
+    def forked(self, parent: int, child: int) -> None:
+        if child not in self._pid_job:
+            self._pid_job[child] = self.job_of(parent)
+
+    def exited(self, pid: int) -> None:
+        pass
+
+    def scan(self) -> tuple[set[str], set[str]]:
+        return set(), set()

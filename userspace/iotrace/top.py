@@ -1,0 +1,181 @@
+"""`iotrace top`: the exporter's numbers (exporter.Sums) in a terminal,
+refreshed every second: per job its read and write rates, IOPS, what the
+page cache had to read from storage, its threads' time in reads and writes;
+per block device its rates and latency. Keys: s sorts, q quits.
+
+Rates are the counters' growth over the last WINDOW_S seconds, as
+Prometheus's rate() would give them (the kernel's per-second sums arrive
+1-2 s after their second).
+"""
+from __future__ import annotations
+
+import os
+import select
+import sys
+import termios
+import threading
+import time
+import tty
+from collections import deque
+from typing import Optional
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .abi import READ_OPS, RECV_OPS, SEND_OPS, WRITE_OPS
+from .exporter import LATENCY_BUCKETS, Sums
+
+WINDOW_S = 5.0
+SORTS = ("read", "write", "read_iops", "storage")
+READ_NAMES = set(READ_OPS + RECV_OPS)
+WRITE_NAMES = set(WRITE_OPS + SEND_OPS)
+MIB = 1 << 20
+
+
+def snapshot(s: Sums) -> dict:
+    """Totals now: per job and per device."""
+    jobs: dict[str, dict[str, float]] = {}
+    with s.lock:
+        for job, io in s.io.items():
+            jobs.setdefault(job, {}).update(io)
+        for (job, op), (n, t) in s.calls.items():
+            j = jobs.setdefault(job, {})
+            if op in READ_NAMES:
+                j["read_calls"] = j.get("read_calls", 0) + n
+                j["io_s"] = j.get("io_s", 0) + t
+            elif op in WRITE_NAMES:
+                j["write_calls"] = j.get("write_calls", 0) + n
+                j["io_s"] = j.get("io_s", 0) + t
+        devs: dict[str, dict[str, float]] = {}
+        for (_, dev, kind), v in s.device.items():
+            d = devs.setdefault(dev, {})
+            d[kind] = d.get(kind, 0) + v
+        for (dev, _), h in s.latency.items():
+            d = devs.setdefault(dev, {})
+            d["requests"] = d.get("requests", 0) + sum(h[:len(LATENCY_BUCKETS) + 1])
+            d["latency_s"] = d.get("latency_s", 0) + h[-1]
+        live = set(s.jobs.live)
+        dropped = float(s.recorder.get("drops", 0))
+    return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "live": live,
+            "dropped": dropped}
+
+
+def rates(old: dict, new: dict) -> tuple[dict, dict]:
+    """Per job and per device: the counters' growth a second between two snapshots."""
+    dt = max(new["t"] - old["t"], 1e-3)
+
+    def per(a: dict, b: dict, key: str) -> float:
+        return max(b.get(key, 0) - a.get(key, 0), 0) / dt
+
+    jobs = {}
+    for job in set(new["jobs"]) | new["live"]:
+        a, b = old["jobs"].get(job, {}), new["jobs"].get(job, {})
+        r = {k: per(a, b, k) for k in ("read_bytes", "write_bytes", "storage_read_bytes",
+                                        "read_calls", "write_calls", "io_s")}
+        jobs[job] = r
+    devs = {}
+    for dev in new["devs"]:
+        a, b = old["devs"].get(dev, {}), new["devs"].get(dev, {})
+        n = max(b.get("requests", 0) - a.get("requests", 0), 0)
+        devs[dev] = {"read": per(a, b, "read"), "write": per(a, b, "write"),
+                     "iops": n / dt,
+                     "latency": (b.get("latency_s", 0) - a.get("latency_s", 0)) / n if n else None}
+    return jobs, devs
+
+
+def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window: float):
+    key = {"read": "read_bytes", "write": "write_bytes", "read_iops": "read_calls",
+           "storage": "storage_read_bytes"}[sort]
+    t = Table(title=title, title_justify="left", expand=False, header_style="bold")
+    for name, width in (("JOB", 28), ("READ MiB/s", 10), ("WRITE MiB/s", 11),
+                        ("READ IOPS", 9), ("WRITE IOPS", 10), ("FROM STORAGE MiB/s", 18),
+                        ("PAGE-CACHE HITS", 15), ("THREADS IN I/O", 14)):
+        mark = " v" if (name.startswith("READ MiB") and sort == "read") or \
+            (name.startswith("WRITE MiB") and sort == "write") or \
+            (name.startswith("READ IOPS") and sort == "read_iops") or \
+            (name.startswith("FROM STORAGE") and sort == "storage") else ""
+        t.add_column(name + mark, justify="left" if name == "JOB" else "right",
+                     min_width=width)
+    for job, r in sorted(jobs.items(), key=lambda kv: -kv[1][key]):
+        hits = (f"{1 - r['storage_read_bytes'] / r['read_bytes']:.0%}"
+                if r["read_bytes"] > 0 else "-")
+        t.add_row(job, f"{r['read_bytes'] / MIB:.2f}", f"{r['write_bytes'] / MIB:.2f}",
+                  f"{r['read_calls']:.0f}", f"{r['write_calls']:.0f}",
+                  f"{r['storage_read_bytes'] / MIB:.2f}", hits, f"{r['io_s']:.2f}")
+    if not jobs:
+        t.add_row("(no job yet)", "", "", "", "", "", "", "")
+    d = Table(expand=False, header_style="bold")
+    for name in ("DEVICE", "READ MiB/s", "WRITE MiB/s", "REQUESTS/s", "MEAN LATENCY"):
+        d.add_column(name, justify="left" if name == "DEVICE" else "right")
+    for dev, r in sorted(devs.items(), key=lambda kv: -(kv[1]["read"] + kv[1]["write"])):
+        lat = f"{r['latency'] * 1e3:.2f} ms" if r["latency"] is not None else "-"
+        d.add_row(dev, f"{r['read'] / MIB:.2f}", f"{r['write'] / MIB:.2f}",
+                  f"{r['iops']:.0f}", lat)
+    foot = Text(f"rates over the last {window:.0f} s (the kernel's sums arrive 1-2 s late); "
+                f"records dropped: {dropped:.0f}; keys: s sort ({sort}), q quit. The loop's "
+                "data wait needs a full trace: iotrace attach --pid PID --duration 30, then "
+                "iotrace report.", style="dim")
+    return Group(t, d if devs else Text("no block-device requests yet", style="dim"), foot)
+
+
+class Keys:
+    """Single keys from a terminal (cbreak mode), restored on exit."""
+
+    def __init__(self):
+        self.fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+        self.old = None
+
+    def __enter__(self):
+        if self.fd is not None:
+            self.old = termios.tcgetattr(self.fd)
+            tty.setcbreak(self.fd)
+        return self
+
+    def read(self) -> Optional[str]:
+        if self.fd is None or not select.select([self.fd], [], [], 0)[0]:
+            return None
+        return os.read(self.fd, 1).decode(errors="replace")
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.old)
+
+
+def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1.0) -> str:
+    """The view until q, Ctrl-C (stop set) or the traced processes' end;
+    returns why it ended."""
+    history: deque = deque()
+    sort = 0
+    why = "quit"
+    with Keys() as keys, Live(auto_refresh=False, screen=True, transient=False) as live:
+        next_draw = 0.0
+        while not stop.is_set():
+            rec.read_status(0.2)
+            sums.add_records(rec.take_records())
+            sums.add_rates(rec.take_rates())
+            sums.recorder = dict(rec.stats)
+            k = keys.read()
+            if k in ("q", "Q"):
+                break
+            if k in ("s", "S"):
+                sort = (sort + 1) % len(SORTS)
+                next_draw = 0.0
+            if not rec.alive():
+                why = "the traced processes exited" if (rec.end or {}).get("reason") == \
+                    "exited" else f"the recorder stopped: {(rec.end or {}).get('reason')}"
+                break
+            now = time.monotonic()
+            if now < next_draw:
+                continue
+            sums.jobs.scan()
+            snap = snapshot(sums)
+            history.append(snap)
+            while len(history) > 1 and snap["t"] - history[0]["t"] > WINDOW_S:
+                history.popleft()
+            jobs, devs = rates(history[0], snap) if len(history) > 1 else ({}, {})
+            live.update(render(title, jobs, devs, SORTS[sort], snap["dropped"],
+                               snap["t"] - history[0]["t"]), refresh=True)
+            next_draw = now + refresh_s
+    return why
