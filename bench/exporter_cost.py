@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""What `iotrace exporter` costs the jobs it watches.
+
+Each workload runs in a job cgroup below a cgroup root, untraced and with
+the exporter following the root (started before, stopped after each
+repetition), interleaved; the ratio is the workload's own time with the
+exporter over without, per repetition, and the table gives its median
+(min-max).
+
+Workloads (bench/peers_workloads/loaders.py, their own clocks):
+  torch   a PyTorch DataLoader, 2 workers, batch 32, np.load of a 256 KiB
+          .npy file per sample (6,000 files): a realistic loader
+  npy     np.load of the same 6,000 files in one process
+  fio-4k  fio psync 4 KiB random reads of a page-cached 256 MiB file: the
+          worst case, a call every few microseconds
+
+Run as root:  .venv/bin/python bench/exporter_cost.py [--reps N]
+The table is printed and written to bench/results/exporter-cost-latest.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+LOADERS = BENCH / "peers_workloads" / "loaders.py"
+PY = sys.executable
+
+
+def cgroup_root(name: str) -> Path:
+    base = Path("/sys/fs/cgroup")
+    for b in (base, base / "unified", base / "pids"):
+        if (b / "cgroup.procs").exists():
+            try:
+                (b / name).mkdir(exist_ok=True)
+                return b / name
+            except OSError:
+                continue
+    sys.exit("no writable cgroup hierarchy")
+
+
+def in_cgroup(cg: Path, cmd: list[str]) -> list[str]:
+    return ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
+
+
+def run_workload(kind: str, data: Path, cg: Path) -> float:
+    if kind == "fio-4k":
+        out = subprocess.run(in_cgroup(cg, [
+            "fio", "--name=r", f"--filename={data / 'fio.bin'}", "--rw=randread", "--bs=4k",
+            "--ioengine=psync", "--invalidate=0", "--size=256m", "--io_size=2g",
+            "--output-format=json"]), capture_output=True, text=True, check=True).stdout
+        return json.loads(out)["jobs"][0]["read"]["runtime"] / 1e3
+    args = ["torch", str(data / "npy"), "--workers", "2"] if kind == "torch" else \
+        ["npy", str(data / "npy")]
+    out = subprocess.run(in_cgroup(cg, [PY, str(LOADERS), *args]), capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["seconds"]
+
+
+class Exporter:
+    def __init__(self, root: Path, port: int):
+        self.proc = subprocess.Popen([PY, "-m", "iotrace", "exporter", "--cgroup-root", str(root),
+                                      "--listen", f"127.0.0.1:{port}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    sys.exit(f"the exporter failed: {self.proc.stderr.read().decode()[-500:]}")
+                time.sleep(0.3)
+        sys.exit("the exporter did not answer")
+
+    def stop(self):
+        self.proc.send_signal(2)
+        self.proc.wait(timeout=60)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args()
+    data = Path(a.dir or tempfile.mkdtemp(prefix="iotrace-exporter-cost-", dir="/var/tmp"))
+    if not (data / "npy").exists():
+        subprocess.run([PY, str(LOADERS), "make", str(data / "npy"), "npy", "6000", "262144"],
+                       check=True)
+        (data / "fio.bin").write_bytes(os.urandom(1 << 20) * 256)
+    for f in [data / "fio.bin", *(data / "npy").iterdir()]:
+        f.read_bytes()
+    root = cgroup_root(f"iotrace-bench-{os.getpid()}")
+    job, outside = root / "job", root.parent / f"iotrace-bench-out-{os.getpid()}"
+    job.mkdir(exist_ok=True)
+    outside.mkdir(exist_ok=True)
+    kinds = ("torch", "npy", "fio-4k")
+    times: dict[tuple[str, str], list[float]] = {}
+    try:
+        for rep in range(a.reps):
+            for kind in kinds:
+                times.setdefault((kind, "untraced"), []).append(
+                    run_workload(kind, data, outside))
+                exp = Exporter(root, 9400 + os.getpid() % 500)
+                try:
+                    times.setdefault((kind, "exporter"), []).append(
+                        run_workload(kind, data, job))
+                finally:
+                    exp.stop()
+            print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr)
+    finally:
+        for d in (job, outside, root):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+    lines = [f"exporter cost  {datetime.now():%Y-%m-%d %H:%M %z}, kernel {platform.release()}, "
+             f"{os.cpu_count()} CPUs (bench/exporter_cost.py --reps {a.reps})",
+             "each workload's own time with `iotrace exporter` following its cgroup over "
+             "without; ratio: median of the per-repetition ratios (min-max), interleaved", "",
+             f"{'workload':10} {'untraced s':>11} {'exporter s':>11} {'ratio':>8}  range"]
+    for kind in kinds:
+        u, e = times[(kind, "untraced")], times[(kind, "exporter")]
+        r = [x / y for x, y in zip(e, u)]
+        lines.append(f"{kind:10} {statistics.median(u):11.3f} {statistics.median(e):11.3f} "
+                     f"{statistics.median(r):7.3f}x  {min(r):.3f}-{max(r):.3f}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    (BENCH / "results" / "exporter-cost-latest.txt").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
