@@ -20,6 +20,7 @@ from conftest import needs_root
 
 pytestmark = needs_root()
 PROMETHEUS = shutil.which("prometheus")
+REPO = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -142,7 +143,8 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
     """Two fio jobs in two cgroups, 40 and 10 MiB/s: Prometheus's rate() of
     iotrace_read_bytes_total per cgroup is each one's fio bandwidth within
     5%, and the total bytes within 5% of fio's; once a job's cgroup is
-    removed its series leave /metrics (Prometheus returns nothing)."""
+    removed its series leave /metrics (Prometheus returns nothing). The
+    Grafana dashboard's queries run on the same Prometheus."""
     root, port, prom, exp = node
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(1 << 20) * 64)
@@ -168,6 +170,17 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
               f"total {total.get(job, 0) / 2**20:.1f} MiB")
         assert rate.get(job) == pytest.approx(bw, rel=0.05), (job, rate, bw)
         assert total.get(job) == pytest.approx(own[job]["io_bytes"], rel=0.05), (job, total)
+    # the Grafana dashboard's queries, its variables filled in, all evaluate,
+    # and its read-rate panel shows both jobs at their rates
+    dash = json.loads((REPO / "examples" / "grafana" / "iotrace-dashboard.json").read_text())
+    for panel in dash["panels"]:
+        for t in panel["targets"]:
+            expr = (t["expr"].replace("$__rate_interval", "8s").replace("$job", ".*")
+                    .replace("$target_mib_s", "1024"))
+            got = prom.query(expr, at)              # asserts Prometheus's "success"
+            if panel["id"] == 1 and t["refId"] == "A":
+                for job in fios:
+                    assert got.get(job) == pytest.approx(rate[job], rel=0.01), (expr, got)
     # jobB's cgroup goes: 15 s later its series are gone, jobA's stay
     rm_cgroup(root / "jobB")
     time.sleep(19)
