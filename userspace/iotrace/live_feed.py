@@ -52,7 +52,7 @@ class LiveRecorder:
         self.end: Optional[dict] = None
         self._buf = b""
         self._status = None
-        self.joined: list[int] = []        # pids the recorder found in the tree
+        self.joined = 0                     # processes the recorder found in the tree
 
     def start(self, timeout: float = 30.0) -> None:
         self.spool.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,7 @@ class LiveRecorder:
             elif kind == "stats":
                 self.stats = msg
             elif kind == "joined":
-                self.joined.append(int(msg["pid"]))
+                self.joined += 1
             elif kind in ("end", "error"):
                 self.end = msg
         return True
