@@ -20,8 +20,9 @@ shared by all of them. Batches come at the rate of the slowest stage:
     the loop    1 / (c + s)                 it cannot go faster than its steps
 
 and AU = c x rate: the slower of the producers' and the CPUs' stages,
-combined with the storage's and the loop's as a smooth maximum (_step); where the producers start anew each epoch, what
-the epochs' starts cost over the steady pace is simulated (epoch_sim.py).
+combined with the storage's and the loop's as a smooth maximum (_step);
+where the producers start anew each epoch, what the epochs' starts cost
+over the steady pace is simulated (epoch_sim.py).
 A loop that loads itself (num_workers=0) is one producer that is also the
 loop: its step is c + f + r, one after the other. The measured step over
 the model's for the measured configuration (`calibration`) says how much the

@@ -185,7 +185,8 @@ class Collector:
 def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
           stop: threading.Event, ready: Optional[callable] = None,
           poll_s: float = 0.5) -> None:
-    """Runs until stop is set: the recorder, the sums and the HTTP server."""
+    """Runs until stop is set: the recorder, the sums and the HTTP server.
+    Raises IotraceError if the recorder ends first."""
     from prometheus_client import start_http_server
     from prometheus_client.core import CollectorRegistry
 
@@ -217,3 +218,10 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
         sums.add_records(rec.take_records())
         sums.add_rates(rec.take_rates())
         server.shutdown()
+    if not stop.is_set():
+        # the recorder ended on its own: the metrics would silently stop growing
+        from .errors import EXIT_ENV, IotraceError
+        end = rec.end or {}
+        why = end.get("reason") or end.get("message") or "it exited"
+        raise IotraceError(f"the recorder stopped ({why}): the exporter cannot go on; "
+                           "see `iotrace doctor`", EXIT_ENV)
