@@ -105,7 +105,8 @@ def node(tmp_path):
         (root / job).mkdir(exist_ok=True)
     port = free_port()
     exp = subprocess.Popen([sys.executable, "-m", "iotrace", "exporter", "--listen",
-                            f"127.0.0.1:{port}", "--cgroup-root", str(root)],
+                            f"127.0.0.1:{port}", "--cgroup-root", str(root),
+                            "--forget-after", "3"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     prom = None
     try:
@@ -181,9 +182,10 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
             if panel["id"] == 1 and t["refId"] == "A":
                 for job in fios:
                     assert got.get(job) == pytest.approx(rate[job], rel=0.01), (expr, got)
-    # jobB's cgroup goes: 15 s later its series are gone, jobA's stay
+    # jobB's cgroup goes: 3 s later (--forget-after) its series are gone,
+    # jobA's stay
     rm_cgroup(root / "jobB")
-    time.sleep(19)
+    time.sleep(7)
     now = prom.query("iotrace_read_bytes_total", time.time())
     assert "jobA" in now and "jobB" not in now, now
     assert exp.poll() is None

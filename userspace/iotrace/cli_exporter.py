@@ -34,10 +34,14 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
     @click.option("--match", metavar="REGEX",
                   help="A job is the outermost cgroup below the root whose path relative to "
                        "it matches REGEX (whole). Default: every cgroup just below the root.")
+    @click.option("--forget-after", type=click.FloatRange(min=0), default=15.0,
+                  show_default=True, metavar="SECONDS",
+                  help="How long a job's series stay after its cgroup is removed (its "
+                       "processes' last sums arrive as they exit).")
     @click.option("--spool-dir", metavar="DIR", type=click.Path(file_okay=False),
                   help="Where the recorder's output waits to be read (a few seconds' worth; "
                        "deleted as read). Default: a new directory under /run or /tmp.")
-    def exporter(listen, cgroup_root, match, spool_dir):
+    def exporter(listen, cgroup_root, match, forget_after, spool_dir):
         """Serve Prometheus metrics of the I/O of every job on this node.
 
         \b
@@ -50,7 +54,8 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
           iotrace_device_bytes_total{device,op}
         and per device iotrace_device_request_seconds (a histogram), with
         iotrace_records_dropped_total and iotrace_jobs. A job whose cgroup
-        is removed leaves /metrics 15 s later. No file names are exported.
+        is removed leaves /metrics 15 s later (--forget-after). No file
+        names are exported.
 
         \b
         Examples:
@@ -94,7 +99,8 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
                        f"{root} (Ctrl-C to stop)", err=True)
 
         try:
-            serve(listen, cgroup_root, match, spool, stop, ready=ready)
+            serve(listen, cgroup_root, match, spool, stop, ready=ready,
+                  forget_after_s=forget_after)
         except OSError as e:
             fail(f"cannot serve on {listen}: {e.strerror or e}", 3)
         finally:

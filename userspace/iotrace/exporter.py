@@ -184,7 +184,7 @@ class Collector:
 
 def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
           stop: threading.Event, ready: Optional[callable] = None,
-          poll_s: float = 0.5) -> None:
+          poll_s: float = 0.5, forget_after_s: float = 15.0) -> None:
     """Runs until stop is set: the recorder, the sums and the HTTP server.
     Raises IotraceError if the recorder ends first."""
     from prometheus_client import start_http_server
@@ -193,7 +193,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     from .live_feed import LiveRecorder
 
     host, _, port = listen.rpartition(":")
-    jobs = Jobs(cgroup_root, match)
+    jobs = Jobs(cgroup_root, match, forget_after_s)
     sums = Sums(jobs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(sums))

@@ -54,8 +54,10 @@ def hierarchy(path: Path) -> tuple[Path, Optional[frozenset]]:
 
 
 class Jobs:
-    def __init__(self, root: str, match: Optional[str] = None):
+    def __init__(self, root: str, match: Optional[str] = None,
+                 forget_after_s: float = GONE_GRACE_S):
         self.root = cgroup_root_dir(root)
+        self.forget_after_s = forget_after_s
         self.mount, self.controllers = hierarchy(self.root)
         self.pattern = re.compile(match) if match else None
         self._pid_job: dict[int, Optional[str]] = {}
@@ -136,7 +138,7 @@ class Jobs:
         for job in seen:
             self.gone.pop(job, None)
         self.live = seen
-        forget = {j for j, t in self.gone.items() if now - t >= GONE_GRACE_S}
+        forget = {j for j, t in self.gone.items() if now - t >= self.forget_after_s}
         for j in forget:
             del self.gone[j]
         for pid, t in list(self._exited.items()):
