@@ -197,9 +197,14 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     sums = Sums(jobs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(sums))
-    rec = LiveRecorder(spool, cgroup_root=str(jobs.root))
-    rec.start()
+    # the port first: a port in use is an error before any probe is loaded
     server, thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+    rec = LiveRecorder(spool, cgroup_root=str(jobs.root))
+    try:
+        rec.start()
+    except BaseException:
+        server.shutdown()
+        raise
     if ready:
         ready(rec)
     last_scan = 0.0
