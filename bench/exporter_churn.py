@@ -25,6 +25,9 @@ from datetime import datetime
 from pathlib import Path
 
 PY = sys.executable
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from cgroups import new_cgroup  # noqa: E402  (tests/cgroups.py)
+
 JOB = r"""
 import os, sys, time
 d = sys.argv[1]
@@ -39,18 +42,6 @@ time.sleep(2)
 """
 
 
-def cgroup_root(name: str) -> Path:
-    base = Path("/sys/fs/cgroup")
-    for b in (base, base / "unified", base / "pids"):
-        if (b / "cgroup.procs").exists():
-            try:
-                (b / name).mkdir(exist_ok=True)
-                return b / name
-            except OSError:
-                continue
-    sys.exit("no writable cgroup hierarchy")
-
-
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -63,7 +54,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=5)
     ap.add_argument("--every", type=float, default=0.5)
     a = ap.parse_args()
-    root = cgroup_root(f"iotrace-churn-{os.getpid()}")
+    root = new_cgroup(f"iotrace-churn-{os.getpid()}") or sys.exit("no writable cgroup hierarchy")
     work = Path(tempfile.mkdtemp(prefix="iotrace-churn-", dir="/var/tmp"))
     port = 9300 + os.getpid() % 500
     exp = subprocess.Popen([PY, "-m", "iotrace", "exporter", "--cgroup-root", str(root),

@@ -35,18 +35,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 LOADERS = BENCH / "peers_workloads" / "loaders.py"
 PY = sys.executable
-
-
-def cgroup_root(name: str) -> Path:
-    base = Path("/sys/fs/cgroup")
-    for b in (base, base / "unified", base / "pids"):
-        if (b / "cgroup.procs").exists():
-            try:
-                (b / name).mkdir(exist_ok=True)
-                return b / name
-            except OSError:
-                continue
-    sys.exit("no writable cgroup hierarchy")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from cgroups import new_cgroup  # noqa: E402  (tests/cgroups.py)
 
 
 def in_cgroup(cg: Path, cmd: list[str]) -> list[str]:
@@ -100,7 +90,7 @@ def main() -> None:
         (data / "fio.bin").write_bytes(os.urandom(1 << 20) * 256)
     for f in [data / "fio.bin", *(data / "npy").iterdir()]:
         f.read_bytes()
-    root = cgroup_root(f"iotrace-bench-{os.getpid()}")
+    root = new_cgroup(f"iotrace-bench-{os.getpid()}") or sys.exit("no writable cgroup hierarchy")
     job, outside = root / "job", root.parent / f"iotrace-bench-out-{os.getpid()}"
     job.mkdir(exist_ok=True)
     outside.mkdir(exist_ok=True)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from cgroups import new_cgroup
 from conftest import IOTRACE, WORKLOADS, attached, needs_root, rows, scalar, wait_for
 
 import iotrace
@@ -84,26 +85,12 @@ def test_attach_mid_run(tmp_path, data_dir):
         [(True,)]
 
 
-def _cgroup_dir(name: str):
-    """A new cgroup to put processes in: cgroup v2, else v1's pids hierarchy."""
-    from pathlib import Path
-    root = Path("/sys/fs/cgroup")
-    for base in (root, root / "pids", root / "unified"):
-        if (base / "cgroup.procs").exists():
-            try:
-                (base / name).mkdir(exist_ok=True)
-                return base / name
-            except OSError:
-                continue
-    return None
-
-
 def test_attach_every_process_tree_of_a_cgroup(tmp_path):
     """Two jobs in one cgroup (a pod, a Slurm job) and one outside it:
     `attach --cgroup` traces both jobs, their children, and not the third."""
     import os
     import pytest
-    cg = _cgroup_dir(f"iotrace-attach-{os.getpid()}")
+    cg = new_cgroup(f"iotrace-attach-{os.getpid()}")
     if cg is None:
         pytest.skip("no writable cgroup hierarchy")
     jobs = {}
@@ -160,7 +147,7 @@ def test_follow_a_cgroup_from_before_the_job(tmp_path):
     import signal
     import time
     import pytest
-    base_cg = _cgroup_dir(f"iotrace-follow-{os.getpid()}")
+    base_cg = new_cgroup(f"iotrace-follow-{os.getpid()}")
     if base_cg is None:
         pytest.skip("no writable cgroup hierarchy")
     job_cg = base_cg / "job_42"
@@ -267,7 +254,7 @@ def test_follow_records_the_calls_of_a_process_that_joins_inside_them(tmp_path):
     asleep at the end, UNFINISHED too; the second read, entered after, is
     UNFINISHED only. Before, the first read was lost."""
     import os
-    cg = _cgroup_dir(f"iotrace-join-{os.getpid()}")
+    cg = new_cgroup(f"iotrace-join-{os.getpid()}")
     if cg is None:
         pytest.skip("no writable cgroup hierarchy")
     out = tmp_path / "trace"

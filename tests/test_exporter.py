@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cgroups import new_cgroup, remove_cgroup
 from conftest import needs_root
 
 pytestmark = needs_root()
@@ -27,26 +28,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cgroup_root(name: str) -> Path:
-    """A new cgroup to hold the test's jobs: cgroup v2, else v1's pids hierarchy."""
-    base = Path("/sys/fs/cgroup")
-    for b in (base, base / "unified", base / "pids"):
-        if (b / "cgroup.procs").exists():
-            try:
-                (b / name).mkdir(exist_ok=True)
-                return b / name
-            except OSError:
-                continue
-    pytest.skip("no writable cgroup hierarchy")
-
-
-def rm_cgroup(path: Path) -> None:
-    for d in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
-        if d.is_dir():
-            d.rmdir()
-    path.rmdir()
 
 
 def get(url: str, timeout: float = 5.0) -> bytes:
@@ -100,7 +81,9 @@ def node(tmp_path):
     Prometheus scraping the exporter every second."""
     if PROMETHEUS is None:
         pytest.fail("Debian's prometheus package is not installed (make test installs it)")
-    root = cgroup_root(f"iotrace-exporter-{os.getpid()}")
+    root = new_cgroup(f"iotrace-exporter-{os.getpid()}")
+    if root is None:
+        pytest.skip("no writable cgroup hierarchy")
     for job in ("jobA", "jobB"):
         (root / job).mkdir(exist_ok=True)
     port = free_port()
@@ -129,7 +112,7 @@ def node(tmp_path):
                 except OSError:
                     pass
         time.sleep(0.5)
-        rm_cgroup(root)
+        remove_cgroup(root)
 
 
 def fio_in(cgroup: Path, data: Path, out: Path, rate: str, seconds: int):
@@ -184,7 +167,7 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
                     assert got.get(job) == pytest.approx(rate[job], rel=0.01), (expr, got)
     # jobB's cgroup goes: 3 s later (--forget-after) its series are gone,
     # jobA's stay
-    rm_cgroup(root / "jobB")
+    remove_cgroup(root / "jobB")
     time.sleep(7)
     now = prom.query("iotrace_read_bytes_total", time.time())
     assert "jobA" in now and "jobB" not in now, now

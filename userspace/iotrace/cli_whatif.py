@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Callable, Optional
+from typing import Callable
 
 import click
 

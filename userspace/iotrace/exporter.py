@@ -169,13 +169,10 @@ class Collector:
             g = GaugeMetricFamily("iotrace_jobs", "Jobs (cgroups) followed now.")
             g.add_metric([], len(s.jobs.live))
             yield g
-            rec = s.recorder
-            for name, key, help_ in (
-                    ("records_dropped", "drops", "Records the kernel could not hand to the "
-                                                  "recorder (their calls are missing)."),):
-                c = CounterMetricFamily(f"iotrace_{name}", help_)
-                c.add_metric([], float(rec.get(key, 0)))
-                yield c
+            c = CounterMetricFamily("iotrace_records_dropped", "Records the kernel could not "
+                                    "hand to the recorder (their calls are missing).")
+            c.add_metric([], float(s.recorder.get("drops", 0)))
+            yield c
             u = CounterMetricFamily("iotrace_unattributed_calls",
                                     "Calls of processes in the tree but in no job's cgroup.")
             u.add_metric([], s.unattributed_calls)
@@ -198,7 +195,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(sums))
     # the port first: a port in use is an error before any probe is loaded
-    server, thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+    server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
     rec = LiveRecorder(spool, cgroup_root=str(jobs.root))
     try:
         rec.start()

@@ -13,10 +13,8 @@ This module starts it, reads the three, and deletes what it read.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-import selectors
 import signal
 import subprocess
 from pathlib import Path
@@ -27,8 +25,8 @@ import numpy as np
 from .abi import EVENT_DTYPE
 from .convert import read_segment
 from .errors import EXIT_ENV, IotraceError
-from .profile import RATE_DTYPE
-from .session import recorder_path
+from .profile import RATE_DTYPE, read_rows
+from .session import StatusPipe, recorder_path
 
 RATES_RE = re.compile(r"rates-(\d+)\.bin")
 SEGMENT_RE = re.compile(r"(\d+)\.ev")
@@ -50,8 +48,7 @@ class LiveRecorder:
         self.ready: Optional[dict] = None
         self.stats: dict = {}
         self.end: Optional[dict] = None
-        self._buf = b""
-        self._status = None
+        self._status: Optional[StatusPipe] = None
         self.joined = 0                     # processes the recorder found in the tree
 
     def start(self, timeout: float = 30.0) -> None:
@@ -64,7 +61,7 @@ class LiveRecorder:
         except OSError as e:
             raise IotraceError(f"cannot start the recorder {cmd[0]}: {e.strerror}", EXIT_ENV)
         os.close(wfd)
-        self._status = os.fdopen(rfd, "rb", buffering=0)
+        self._status = StatusPipe(rfd)
         waited = 0.0
         while self.ready is None and self.end is None and waited < timeout:
             if not self.read_status(1.0) and self.proc.poll() is not None:
@@ -79,24 +76,8 @@ class LiveRecorder:
     def read_status(self, timeout: float = 0.0) -> bool:
         """Reads the status lines waiting (the recorder blocks when the pipe
         is full: call this often)."""
-        if self._status is None:
-            return False
-        sel = selectors.DefaultSelector()
-        sel.register(self._status, selectors.EVENT_READ)
-        got = bool(sel.select(timeout))
-        sel.close()
-        if not got:
-            return False
-        chunk = self._status.read(65536)
-        if not chunk:
-            return False
-        self._buf += chunk
-        while b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line.decode("utf-8", "replace"))
-            except ValueError:
-                continue
+        msgs = self._status.read(timeout) if self._status is not None else None
+        for msg in msgs or ():
             kind = msg.get("type")
             if kind == "ready":
                 self.ready = msg
@@ -106,32 +87,31 @@ class LiveRecorder:
                 self.joined += 1
             elif kind in ("end", "error"):
                 self.end = msg
-        return True
+        return msgs is not None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def _closed(self, pattern: re.Pattern) -> list[Path]:
+        """The spool's closed files of one kind, in the order written."""
+        found = (pattern.fullmatch(n) for n in os.listdir(self.spool))
+        return [self.spool / m.group(0) for m in sorted(
+            (m for m in found if m), key=lambda m: int(m.group(1)))]
+
     def take_rates(self) -> np.ndarray:
         """The per-second sums written since the last call, deleted."""
-        files = sorted(((int(m.group(1)), self.spool / m.group(0))
-                        for m in map(RATES_RE.fullmatch, os.listdir(self.spool)) if m))
         parts = []
-        for _, path in files:
-            raw = path.read_bytes()
-            whole = len(raw) - len(raw) % RATE_DTYPE.itemsize
-            parts.append(np.frombuffer(raw[:whole], dtype=RATE_DTYPE))
+        for path in self._closed(RATES_RE):
+            parts.append(read_rows(path, RATE_DTYPE))
             path.unlink()
         return np.concatenate(parts) if parts else np.zeros(0, RATE_DTYPE)
 
     def take_records(self) -> np.ndarray:
         """The records of the segments closed since the last call, in order,
         deleted with their payloads (not needed live: paths, argv)."""
-        segs = sorted(((int(m.group(1)), self.spool / m.group(0))
-                       for m in map(SEGMENT_RE.fullmatch, os.listdir(self.spool)) if m))
         parts = []
-        for _, path in segs:
-            recs, _ = read_segment(path)
-            parts.append(recs.copy())
+        for path in self._closed(SEGMENT_RE):
+            parts.append(read_segment(path)[0])
             path.unlink()
             path.with_suffix(".str").unlink(missing_ok=True)
         return np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)

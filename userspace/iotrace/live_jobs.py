@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .procfs import cgroup_dir
+from .tracedir import mount_table
+
 CGROUP_FS = Path("/sys/fs/cgroup")
 GONE_GRACE_S = 15.0         # a removed job's series stay this long
 EXITED_KEEP_S = 60.0        # an exited process's job is remembered this long
@@ -23,8 +26,7 @@ EXITED_KEEP_S = 60.0        # an exited process's job is remembered this long
 
 def cgroup_root_dir(root: str) -> Path:
     """A cgroup's directory: absolute, or relative to /sys/fs/cgroup."""
-    p = Path(root)
-    return p if p.is_absolute() else CGROUP_FS / str(root)
+    return Path(cgroup_dir(root))
 
 
 def hierarchy(path: Path) -> tuple[Path, Optional[frozenset]]:
@@ -33,23 +35,15 @@ def hierarchy(path: Path) -> tuple[Path, Optional[frozenset]]:
     a machine may mount v1 hierarchies beside v2 (/sys/fs/cgroup/pids,
     /sys/fs/cgroup/unified)."""
     best: tuple[Path, Optional[frozenset]] = (CGROUP_FS, None)
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
+    for mnt, fstype, opts in mount_table().values():
+        mnt = Path(mnt)
+        if fstype not in ("cgroup", "cgroup2") or not (path == mnt or mnt in path.parents) \
+                or len(mnt.parts) < len(best[0].parts):
             continue
-        mnt = Path(fields[4])
-        if (path == mnt or mnt in path.parents) and \
-                len(mnt.parts) >= len(best[0].parts):
-            ctl = None if rfields[0] == "cgroup2" else frozenset(
-                o for o in rfields[2].split(",") if o not in ("rw", "ro")
-                and not o.startswith(("clone_children", "xattr", "nsdelegate",
-                                      "memory_recursiveprot", "release_agent")))
-            best = (mnt, ctl)
+        best = (mnt, None if fstype == "cgroup2" else frozenset(
+            o for o in opts.split(",") if o not in ("rw", "ro")
+            and not o.startswith(("clone_children", "xattr", "nsdelegate",
+                                  "memory_recursiveprot", "release_agent"))))
     return best
 
 

@@ -68,7 +68,7 @@ def bucket_bounds(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _read(path: Path, dtype: np.dtype) -> np.ndarray:
+def read_rows(path: Path, dtype: np.dtype) -> np.ndarray:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -117,8 +117,8 @@ def write_profile(spool: Path, root: Path, model: Model,
                   owner: Optional[tuple[int, int]] = None) -> dict:
     """Writes root/profile/{calls,rates}.parquet from the spool; returns the
     counts for meta.json."""
-    calls = _read(spool / "profile-calls.bin", CALL_DTYPE)
-    rates = _read(spool / "profile-rates.bin", RATE_DTYPE)
+    calls = read_rows(spool / "profile-calls.bin", CALL_DTYPE)
+    rates = read_rows(spool / "profile-rates.bin", RATE_DTYPE)
     out = root / "profile"
     out.mkdir(exist_ok=True)
     for name, table in (("calls", calls_table(calls, model)), ("rates", rates_table(rates))):

@@ -62,6 +62,38 @@ RESERVE_NAME = "reserve.space"
 RESERVE_BYTES = 4 << 20
 
 
+class StatusPipe:
+    """The recorder's status: JSON lines on a pipe (ready, stats every 500 ms,
+    joined, end, error). Read it often: the recorder blocks when it is full."""
+
+    def __init__(self, fd: int):
+        self.f = os.fdopen(fd, "rb", buffering=0)
+        self._buf = b""
+
+    def read(self, timeout: float) -> Optional[list[dict]]:
+        """The whole lines that came within timeout; None if nothing came
+        (or the recorder closed its end)."""
+        sel = selectors.DefaultSelector()
+        sel.register(self.f, selectors.EVENT_READ)
+        got = bool(sel.select(timeout))
+        sel.close()
+        chunk = self.f.read(65536) if got else b""
+        if not chunk:
+            return None
+        self._buf += chunk
+        msgs = []
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                msgs.append(json.loads(line.decode("utf-8", "replace")))
+            except ValueError:
+                continue
+        return msgs
+
+    def close(self) -> None:
+        self.f.close()
+
+
 @dataclass
 class Progress:
     elapsed_s: float = 0.0
@@ -148,8 +180,7 @@ class Session:
             os.nice(10)
         except OSError:
             pass
-        self.status_r = os.fdopen(rfd, "rb", buffering=0)
-        self._buf = b""
+        self.status = StatusPipe(rfd)
         # Wait for "ready" (or an error) before anything else.
         while self.ready is None and self.end is None:
             if not self._read_status(timeout=1.0) and self.proc.poll() is not None:
@@ -218,24 +249,10 @@ class Session:
                            "see its message above, or run `iotrace doctor`", EXIT_ENV)
 
     def _read_status(self, timeout: float) -> bool:
-        sel = selectors.DefaultSelector()
-        sel.register(self.status_r, selectors.EVENT_READ)
-        got = bool(sel.select(timeout))
-        sel.close()
-        if not got:
-            return False
-        chunk = self.status_r.read(65536)
-        if not chunk:
-            return False
-        self._buf += chunk
-        while b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line.decode("utf-8", "replace"))
-            except ValueError:
-                continue
+        msgs = self.status.read(timeout)
+        for msg in msgs or ():
             self._on_status(msg)
-        return True
+        return msgs is not None
 
     def _on_status(self, msg: dict) -> None:
         kind = msg.get("type")

@@ -24,13 +24,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .abi import READ_OPS, RECV_OPS, SEND_OPS, WRITE_OPS
-from .exporter import LATENCY_BUCKETS, Sums
+from .abi import OP_NAMES
+from .exporter import LATENCY_BUCKETS, READ_CODES, WRITE_CODES, Sums
 
 WINDOW_S = 5.0
 SORTS = ("read", "write", "read_iops", "storage")
-READ_NAMES = set(READ_OPS + RECV_OPS)
-WRITE_NAMES = set(WRITE_OPS + SEND_OPS)
+# the exporter's read and write calls, as the op names its sums are keyed by
+READ_NAMES = {OP_NAMES[c] for c in READ_CODES}
+WRITE_NAMES = {OP_NAMES[c] for c in WRITE_CODES}
 MIB = 1 << 20
 
 
