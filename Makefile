@@ -96,7 +96,7 @@ $(PKG_SAMPLER): $(PYSAMPLER)
 
 $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
-	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv -f $@.tmp $@
 
 BPF_OBJS := iotrace block aio netfs rdma verbs tls
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them

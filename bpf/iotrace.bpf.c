@@ -1684,6 +1684,35 @@ static __always_inline __u32 task_state(struct task_struct *t)
 	return 0;
 }
 
+/* Profile mode (the recorder's --loop-waits, for live use): no interval
+ * records, only the blocks another thread of the job ended (a loop waiting
+ * for its loader's workers, a worker for its indices), one ring record each
+ * (IOT_PROF_WAKE, bpf/iotrace.h). Preempted threads, wake-ups by interrupts
+ * (a timer, an I/O completion) and by processes not traced are left out. */
+static __always_inline void prof_wake(struct offcpu_state *o, struct task_struct *next, __u64 now)
+{
+	__u32 waker_tgid = o->waker >> 32, waker_tid = (__u32)o->waker;
+	struct iot_prof_sums *r;
+
+	if (!o->state || !o->wake_ts || o->irq || !waker_tid || waker_tid == (__u32)next->pid ||
+	    !maybe(waker_tgid) || !is_traced(waker_tgid))
+		return;
+	r = bpf_ringbuf_reserve(&prof_ring, sizeof(*r), 0);
+	if (!r) {
+		count(IOT_CNT_PROF_WAKE_LOST);
+		return;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	r->k.op = IOT_PROF_WAKE;
+	r->k.pid = next->tgid;
+	r->k.ino = ((__u64)(__u32)next->pid << 32) | waker_tid;
+	r->k.dev = waker_tgid;
+	r->v.calls = 1;
+	r->v.dur_ns = now - o->off_ts;
+	r->sec = now / 1000000000ull;
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -1712,6 +1741,11 @@ int BPF_PROG(iot_sched_switch, bool preempt, struct task_struct *prev, struct ta
 	o = bpf_task_storage_get(&offcpu, next, 0, 0);
 	if (!o || !o->off_ts)
 		return 0;
+	if (profile_mode) {
+		prof_wake(o, next, now);
+		o->off_ts = 0;
+		return 0;
+	}
 	e = reserve_event();
 	if (!e) {
 		o->off_ts = 0;

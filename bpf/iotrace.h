@@ -283,6 +283,8 @@ enum iot_counter {
 	IOT_CNT_LOCK_END_NESTED, /* of those, waits inside iot_lock_end's own record
 				    of another wait: their end is a run of iot_lock_end
 				    the kernel skips (counted as its miss), not a loss */
+	IOT_CNT_PROF_WAKE_LOST, /* profile mode with loop waits: wake-ups between the
+				   job's threads that found the profile's ring full */
 	IOT_CNT_MAX
 };
 
@@ -322,6 +324,29 @@ struct iot_prof_sums {
 	struct iot_prof_val v;
 	__u32 sec;
 	__u32 pad;
+};
+
+/* Profile mode with loop waits (recorder --loop-waits): a traced thread
+ * that was blocked until another thread of a traced process woke it is sent
+ * as an iot_prof_sums with op IOT_PROF_WAKE: k.pid the woken thread's tgid,
+ * k.ino its tid << 32 | the waker's tid, k.dev the waker's tgid, v.calls 1,
+ * v.dur_ns the time it was off CPU (switch-out to switch-in). The recorder
+ * sums them per second in a table of their own (iot_prof_wake_key/_val):
+ * which thread waits for which, and how long. */
+#define IOT_PROF_WAKE 0xfffe
+
+struct iot_prof_wake_key {
+	__u32 sec;
+	__u32 pid;        /* the woken thread's tgid */
+	__u32 tid;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u32 pad;
+};
+
+struct iot_prof_wake_val {
+	__u64 wakes;
+	__u64 dur_ns;
 };
 
 /* Per second of CLOCK_MONOTONIC (ts / 1e9), process and op. */

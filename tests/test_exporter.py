@@ -172,3 +172,63 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
     now = prom.query("iotrace_read_bytes_total", time.time())
     assert "jobA" in now and "jobB" not in now, now
     assert exp.poll() is None
+
+
+def dlio_share(out: Path) -> tuple[float, float]:
+    """DLIO's own clock (rank 0): the seconds its loop waited for batches
+    (its `load` per step, every step) and the seconds of its epochs' steps
+    (its compute over its AU, which leaves each epoch's first step out, plus
+    that first step's load and compute)."""
+    o = json.loads((out / "0_output.json").read_text())
+    waited = total = 0.0
+    for epoch, d in o.items():
+        if not epoch.isdigit():
+            continue
+        for block, au in d["au"].items():
+            load, compute = d["load"][block], d["compute"][block]
+            waited += sum(load)
+            total += sum(compute[1:]) / (au / 100) + load[0] + compute[0]
+    return waited, total
+
+
+def test_loop_data_wait_against_dlio(node, tmp_path):
+    """Two DLIO runs at once in two cgroups (PyTorch loader, 2 worker
+    processes, data cached, 20 ms of compute a step): jobA's readers take
+    20 ms a sample (4 a batch: the loop waits about half the time), jobB's
+    2 ms (it hardly waits). The exporter's iotrace_loop_data_wait_seconds_total,
+    as Prometheus holds it, over DLIO's own time of its epochs is DLIO's own
+    share of waiting (its clock around next(), every step) within 5 points,
+    for each job, labelled apart."""
+    pytest.importorskip("dlio_benchmark")
+    import test_dlio as dl
+    root, port, prom, exp = node
+    data, gen = tmp_path / "data", tmp_path / "gen"
+    ov = ("++workload.dataset.num_files_train=192", "++workload.dataset.record_length=262144",
+          "++workload.train.computation_time=0.02", "++workload.train.epochs=3")
+    subprocess.run(dl.dlio_args(data, gen, *ov, "++workload.workflow.generate_data=True",
+                                "++workload.workflow.train=False"),
+                   env=dl.ENV, check=True, capture_output=True, timeout=300)
+    for f in (data / "train").iterdir():
+        f.read_bytes()
+    runs = {}
+    for job, prep in (("jobA", 0.02), ("jobB", 0.002)):
+        out = tmp_path / f"dlio-{job}"
+        cmd = ["sh", "-c", f'echo $$ > {root / job}/cgroup.procs && exec "$@"', "sh",
+               *dl.dlio_args(data, out, *ov, f"++workload.reader.preprocess_time={prep}")]
+        runs[job] = (subprocess.Popen(cmd, env=dl.ENV, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE), out)
+    for job, (p, out) in runs.items():
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    time.sleep(4)                               # the last seconds' sums, scraped
+    got = prom.query("max_over_time(iotrace_loop_data_wait_seconds_total[5m])", time.time())
+    loops = prom.query("max_over_time(iotrace_loops[5m])", time.time())
+    for job, (_, out) in runs.items():
+        waited, total = dl_share = dlio_share(out)
+        ours = got.get(job)
+        print(f"{job}: DLIO waited {waited:.3f} s of {total:.2f} s ({waited / total:.1%}); "
+              f"iotrace {ours} s ({(ours or 0) / total:.1%})")
+        assert loops.get(job) == 1, loops
+        assert ours is not None, (got, dl_share)
+        assert ours / total == pytest.approx(waited / total, abs=0.05), (job, ours, dl_share)
+    assert got["jobA"] / dlio_share(runs["jobA"][1])[1] > 0.3, got   # the case is data-bound

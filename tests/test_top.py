@@ -17,7 +17,8 @@ from conftest import needs_root
 
 pytestmark = needs_root()
 TMUX = shutil.which("tmux")
-ROW = re.compile(r"│\s*(\d+) fio\s*│\s*([\d.]+)\s*│")
+# JOB, DATA WAIT, READ MiB/s
+ROW = re.compile(r"│\s*(\d+) fio\s*│\s*([-\d%]+)\s*│\s*([\d.]+)\s*│")
 
 
 def tmux(*args: str) -> str:
@@ -64,14 +65,25 @@ def start_top(session: str, pid: int) -> None:
     if TMUX is None:
         pytest.fail("tmux is not installed (make test installs it)")
     subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
-    tmux("new-session", "-d", "-s", session, "-x", "170", "-y", "40",
-         f"{sys.executable} -m iotrace top --pid {pid}; echo TOP-EXITED $?; sleep 60")
+    cmd = [TMUX, "new-session", "-d", "-s", session, "-x", "170", "-y", "40",
+           # the pane's own size, not one the tests' environment may carry
+           f"env -u COLUMNS -u LINES {sys.executable} -m iotrace top --pid {pid}; "
+           "echo TOP-EXITED $?; sleep 60"]
+    # the server exits with its last session: a new-session that reaches it
+    # as it goes fails, and the next one starts a new server
+    for _ in range(5):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"tmux new-session failed: {done.stderr}")
 
 
 def test_top_against_fio_keys_and_clean_exits(fio):
     """fio reads at 40 MiB/s: top's READ MiB/s for it, read off the screen
-    over 5 s once steady, is fio's own bandwidth within 5%; s moves the sort
-    to the write column; q ends it with status 0, and so does Ctrl-C in a
+    over 5 s once steady, is fio's own bandwidth within 5%; its DATA WAIT is
+    "-" (fio has no loop fed by worker processes: unknown, not 0%); s moves
+    the sort from the data wait to the read column; q ends it with status 0, and so does Ctrl-C in a
     second run, each leaving no recorder and no BPF program behind."""
     proc, out = fio
     session = f"iotrace-top-{proc.pid}"
@@ -83,12 +95,14 @@ def test_top_against_fio_keys_and_clean_exits(fio):
         for _ in range(10):
             m = ROW.search(screen(session))
             if m:
-                seen.append(float(m.group(2)))
+                assert m.group(2) == "-", m.group(0)
+                seen.append(float(m.group(3)))
             time.sleep(0.5)
         assert len(seen) >= 8, screen(session)
+        assert "DATA WAIT v" in screen(session), screen(session)
         tmux("send-keys", "-t", session, "s")
-        s = wait_screen(session, r"s sort \(write\)", 10)
-        assert "READ MiB/s v" not in s, s           # the marker left the read column
+        s = wait_screen(session, r"s sort \(read\)", 10)
+        assert "READ MiB/s v" in s and "DATA WAIT v" not in s, s   # the marker moved
         tmux("send-keys", "-t", session, "q")
         wait_screen(session, r"TOP-EXITED 0", 20)
         assert leftovers() == ("", ""), leftovers()

@@ -19,6 +19,7 @@ import numpy as np
 
 from .abi import COPY_OPS, OP_NAMES, READ_OPS, RECV_OPS, SEND_OPS, WRITE_OPS
 from .live_jobs import Jobs
+from .live_loops import LoopWaits
 from .storage_io import _kernel_dev, device_names
 
 OP = {name: i for i, name in enumerate(OP_NAMES)}
@@ -43,6 +44,10 @@ class Sums:
         self.latency: dict[tuple[str, str], list] = {}
         self.devnames = device_names()
         self.rows = 0
+        self.loops = LoopWaits()
+        # (job, rank) -> seconds the loop waited for its loader's workers
+        self.data_wait: dict[tuple[str, str], float] = defaultdict(float)
+        self.loops_now: dict[str, int] = {}          # job -> loops found in the window
         self.unattributed_calls = 0.0
         self.recorder: dict = {}
 
@@ -78,6 +83,23 @@ class Sums:
                     io["read_bytes"] += int(r["bytes"])
                     io["write_bytes"] += int(r["bytes"])
 
+    def add_wakes(self, rows: np.ndarray) -> None:
+        """Per-second wake-up sums: the loops' data waits (live_loops.py)."""
+        if not len(rows):
+            return
+        waited = self.loops.add(rows)
+        with self.lock:
+            for pid, secs in waited.items():
+                job = self.jobs.job_of(pid)
+                if job is not None:
+                    self.data_wait[(job, self.loops.rank(pid))] += secs
+            now: dict[str, int] = defaultdict(int)
+            for pid in self.loops.loops:
+                job = self.jobs.job_of(pid)
+                if job is not None:
+                    now[job] += 1
+            self.loops_now = dict(now)
+
     def add_records(self, recs: np.ndarray) -> None:
         """Process life (whose job a new process is) and block-device requests."""
         if not len(recs):
@@ -85,8 +107,10 @@ class Sums:
         ops = recs["op"]
         for r in recs[ops == FORK]:
             self.jobs.forked(int(r["pid"]), int(r["ret"]))
+            self.loops.forked(int(r["pid"]), int(r["ret"]))
         for r in recs[ops == EXIT]:
             self.jobs.exited(int(r["pid"]))
+            self.loops.exited(int(r["pid"]))
         blk = recs[ops == BLOCK]
         if not len(blk):
             return
@@ -112,6 +136,9 @@ class Sums:
                     del self.calls[k]
                 for k in [k for k in self.device if k[0] == j]:
                     del self.device[k]
+                for k in [k for k in self.data_wait if k[0] == j]:
+                    del self.data_wait[k]
+                self.loops_now.pop(j, None)
 
 
 class Collector:
@@ -166,12 +193,30 @@ class Collector:
                 buckets.append(("+Inf", cum))
                 lat.add_metric([d, kind], buckets, h[-1])
             yield lat
+            wait = CounterMetricFamily(
+                "iotrace_loop_data_wait_seconds",
+                "Time the job's training loop was blocked until its loader's worker "
+                "processes handed it data; rate() is the data-wait share (1 - AU). Only "
+                "loops fed by worker processes are measured live.", labels=["cgroup", "rank"])
+            for (job, rank), v in sorted(s.data_wait.items()):
+                wait.add_metric([job, rank], v)
+            yield wait
+            loops = GaugeMetricFamily("iotrace_loops", "Training loops fed by worker processes "
+                                      "found in the job's last 10 s (0: its data wait is not "
+                                      "measured live).", labels=["cgroup"])
+            for job in jobs:
+                loops.add_metric([job], s.loops_now.get(job, 0))
+            yield loops
             g = GaugeMetricFamily("iotrace_jobs", "Jobs (cgroups) followed now.")
             g.add_metric([], len(s.jobs.live))
             yield g
             c = CounterMetricFamily("iotrace_records_dropped", "Records the kernel could not "
                                     "hand to the recorder (their calls are missing).")
             c.add_metric([], float(s.recorder.get("drops", 0)))
+            yield c
+            c = CounterMetricFamily("iotrace_wakes_dropped", "Wake-ups between the jobs' threads "
+                                    "the recorder could not sum (the data waits miss them).")
+            c.add_metric([], float(s.recorder.get("wakes_lost", 0)))
             yield c
             u = CounterMetricFamily("iotrace_unattributed_calls",
                                     "Calls of processes in the tree but in no job's cgroup.")
@@ -209,6 +254,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
         while not stop.is_set() and rec.alive():
             rec.read_status(poll_s)
             sums.add_records(rec.take_records())
+            sums.add_wakes(rec.take_wakes())
             sums.add_rates(rec.take_rates())
             sums.recorder = dict(rec.stats)
             if time.monotonic() - last_scan >= 1.0:
@@ -218,6 +264,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     finally:
         rec.stop()
         sums.add_records(rec.take_records())
+        sums.add_wakes(rec.take_wakes())
         sums.add_rates(rec.take_rates())
         server.shutdown()
     if not stop.is_set():

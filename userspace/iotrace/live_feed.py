@@ -5,6 +5,9 @@ deleted, so that nothing grows however long it runs.
 The recorder (userspace/recorder) writes to a spool directory:
   rates-NNNNNN.bin  each second's sums per process and op (--rates-files:
                     one file a drain, renamed whole; profile.py RATE_DTYPE)
+  wakes-NNNNNN.bin  with loop_waits: each second's blocked time per woken
+                    thread and waker thread (profile.py WAKE_DTYPE), written
+                    before the same drain's rates file
   NNNNNN.ev/.str    the records still kept one by one in a profile: process
                     life and block-device requests (abi.EVENT_DTYPE), whole
                     once the .ev name appears, read in order
@@ -25,10 +28,11 @@ import numpy as np
 from .abi import EVENT_DTYPE
 from .convert import read_segment
 from .errors import EXIT_ENV, IotraceError
-from .profile import RATE_DTYPE, read_rows
+from .profile import RATE_DTYPE, WAKE_DTYPE, read_rows
 from .session import StatusPipe, recorder_path
 
 RATES_RE = re.compile(r"rates-(\d+)\.bin")
+WAKES_RE = re.compile(r"wakes-(\d+)\.bin")
 SEGMENT_RE = re.compile(r"(\d+)\.ev")
 
 
@@ -37,9 +41,11 @@ class LiveRecorder:
     (or the process trees of some pids)."""
 
     def __init__(self, spool: Path, cgroup_root: Optional[str] = None,
-                 pids: tuple = (), ringbuf_mb: int = 16):
+                 pids: tuple = (), ringbuf_mb: int = 16, loop_waits: bool = True):
         self.spool = spool
         self.args = ["--profile", "--rates-files", "--ringbuf-mb", str(ringbuf_mb)]
+        if loop_waits:
+            self.args.append("--loop-waits")
         if cgroup_root:
             self.args += ["--follow-cgroup", cgroup_root]
         for pid in pids:
@@ -105,6 +111,15 @@ class LiveRecorder:
             parts.append(read_rows(path, RATE_DTYPE))
             path.unlink()
         return np.concatenate(parts) if parts else np.zeros(0, RATE_DTYPE)
+
+    def take_wakes(self) -> np.ndarray:
+        """The per-second wake-up sums written since the last call, deleted
+        (call before take_rates: a drain writes its wakes first)."""
+        parts = []
+        for path in self._closed(WAKES_RE):
+            parts.append(read_rows(path, WAKE_DTYPE))
+            path.unlink()
+        return np.concatenate(parts) if parts else np.zeros(0, WAKE_DTYPE)
 
     def take_records(self) -> np.ndarray:
         """The records of the segments closed since the last call, in order,

@@ -42,6 +42,13 @@ RATE_DTYPE = np.dtype([
 ])
 assert RATE_DTYPE.itemsize == 16 + 32
 
+# struct iot_prof_wake_key + struct iot_prof_wake_val (recorder --loop-waits)
+WAKE_DTYPE = np.dtype([
+    ("sec", "<u4"), ("pid", "<u4"), ("tid", "<u4"), ("waker_pid", "<u4"),
+    ("waker_tid", "<u4"), ("pad", "<u4"), ("wakes", "<u8"), ("dur_ns", "<u8"),
+])
+assert WAKE_DTYPE.itemsize == 24 + 16
+
 KEYLESS_BUCKET = 255   # the calls that found the kernel's table full
 
 CALLS_SCHEMA = pa.schema([

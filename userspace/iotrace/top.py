@@ -1,11 +1,13 @@
 """`iotrace top`: the exporter's numbers (exporter.Sums) in a terminal,
-refreshed every second: per job its read and write rates, IOPS, what the
-page cache had to read from storage, its threads' time in reads and writes;
-per block device its rates and latency. Keys: s sorts, q quits.
+refreshed every second: per job its training loop's data-wait share, its
+read and write rates, IOPS, what the page cache had to read from storage,
+its threads' time in reads and writes; per block device its rates and
+latency. Keys: s sorts, q quits.
 
 Rates are the counters' growth over the last WINDOW_S seconds, as
 Prometheus's rate() would give them (the kernel's per-second sums arrive
-1-2 s after their second).
+1-2 s after their second); the data-wait share over WAIT_WINDOW_S (a wait
+is counted when it ends: a shorter window swings with the steps).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from .abi import OP_NAMES
 from .exporter import LATENCY_BUCKETS, READ_CODES, WRITE_CODES, Sums
 
 WINDOW_S = 5.0
-SORTS = ("read", "write", "read_iops", "storage")
+WAIT_WINDOW_S = 10.0
+SORTS = ("wait", "read", "write", "read_iops", "storage")
 # the exporter's read and write calls, as the op names its sums are keyed by
 READ_NAMES = {OP_NAMES[c] for c in READ_CODES}
 WRITE_NAMES = {OP_NAMES[c] for c in WRITE_CODES}
@@ -57,6 +60,11 @@ def snapshot(s: Sums) -> dict:
             d = devs.setdefault(dev, {})
             d["requests"] = d.get("requests", 0) + sum(h[:len(LATENCY_BUCKETS) + 1])
             d["latency_s"] = d.get("latency_s", 0) + h[-1]
+        for (job, _), v in s.data_wait.items():
+            j = jobs.setdefault(job, {})
+            j["data_wait_s"] = j.get("data_wait_s", 0) + v
+        for job, n in s.loops_now.items():
+            jobs.setdefault(job, {})["loops"] = n
         live = set(s.jobs.live)
         dropped = float(s.recorder.get("drops", 0))
     return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "live": live,
@@ -86,27 +94,53 @@ def rates(old: dict, new: dict) -> tuple[dict, dict]:
     return jobs, devs
 
 
-def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window: float):
-    key = {"read": "read_bytes", "write": "write_bytes", "read_iops": "read_calls",
-           "storage": "storage_read_bytes"}[sort]
+def wait_shares(old: dict, new: dict) -> dict:
+    """Per job: the share of the time between two snapshots its loops waited
+    for data (summed over its loops: 2 ranks waiting all the time are 200%),
+    None where no loop fed by worker processes is found."""
+    dt = max(new["t"] - old["t"], 1e-3)
+    out = {}
+    for job, b in new["jobs"].items():
+        if not b.get("loops"):
+            out[job] = None
+            continue
+        a = old["jobs"].get(job, {})
+        out[job] = max(b.get("data_wait_s", 0) - a.get("data_wait_s", 0), 0) / dt
+    return out
+
+
+def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window: float,
+           waits: Optional[dict] = None, wait_window: float = 0.0):
+    waits = waits or {}
+    for job, r in jobs.items():
+        r["wait"] = waits.get(job)
+    if sort == "wait":
+        order = sorted(jobs.items(), key=lambda kv: -(kv[1]["wait"] if kv[1]["wait"]
+                                                       is not None else -1))
+    else:
+        key = {"read": "read_bytes", "write": "write_bytes", "read_iops": "read_calls",
+               "storage": "storage_read_bytes"}[sort]
+        order = sorted(jobs.items(), key=lambda kv: -kv[1][key])
     t = Table(title=title, title_justify="left", expand=False, header_style="bold")
-    for name, width in (("JOB", 28), ("READ MiB/s", 10), ("WRITE MiB/s", 11),
+    for name, width in (("JOB", 28), ("DATA WAIT", 11), ("READ MiB/s", 10), ("WRITE MiB/s", 11),
                         ("READ IOPS", 9), ("WRITE IOPS", 10), ("FROM STORAGE MiB/s", 18),
                         ("PAGE-CACHE HITS", 15), ("THREADS IN I/O", 14)):
-        mark = " v" if (name.startswith("READ MiB") and sort == "read") or \
+        mark = " v" if (name == "DATA WAIT" and sort == "wait") or \
+            (name.startswith("READ MiB") and sort == "read") or \
             (name.startswith("WRITE MiB") and sort == "write") or \
             (name.startswith("READ IOPS") and sort == "read_iops") or \
             (name.startswith("FROM STORAGE") and sort == "storage") else ""
         t.add_column(name + mark, justify="left" if name == "JOB" else "right",
                      min_width=width)
-    for job, r in sorted(jobs.items(), key=lambda kv: -kv[1][key]):
+    for job, r in order:
         hits = (f"{1 - r['storage_read_bytes'] / r['read_bytes']:.0%}"
                 if r["read_bytes"] > 0 else "-")
-        t.add_row(job, f"{r['read_bytes'] / MIB:.2f}", f"{r['write_bytes'] / MIB:.2f}",
+        wait = f"{r['wait']:.0%}" if r["wait"] is not None else "-"
+        t.add_row(job, wait, f"{r['read_bytes'] / MIB:.2f}", f"{r['write_bytes'] / MIB:.2f}",
                   f"{r['read_calls']:.0f}", f"{r['write_calls']:.0f}",
                   f"{r['storage_read_bytes'] / MIB:.2f}", hits, f"{r['io_s']:.2f}")
     if not jobs:
-        t.add_row("(no job yet)", "", "", "", "", "", "", "")
+        t.add_row("(no job yet)", "", "", "", "", "", "", "", "")
     d = Table(expand=False, header_style="bold")
     for name in ("DEVICE", "READ MiB/s", "WRITE MiB/s", "REQUESTS/s", "MEAN LATENCY"):
         d.add_column(name, justify="left" if name == "DEVICE" else "right")
@@ -114,10 +148,12 @@ def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window
         lat = f"{r['latency'] * 1e3:.2f} ms" if r["latency"] is not None else "-"
         d.add_row(dev, f"{r['read'] / MIB:.2f}", f"{r['write'] / MIB:.2f}",
                   f"{r['iops']:.0f}", lat)
-    foot = Text(f"rates over the last {window:.0f} s (the kernel's sums arrive 1-2 s late); "
-                f"records dropped: {dropped:.0f}; keys: s sort ({sort}), q quit. The loop's "
-                "data wait needs a full trace: iotrace attach --pid PID --duration 30, then "
-                "iotrace report.", style="dim")
+    foot = Text(f"rates over the last {window:.0f} s, data wait over {wait_window:.0f} s (the "
+                f"kernel's sums arrive 1-2 s late); records dropped: {dropped:.0f}; keys: s sort "
+                f"({sort}), q quit. DATA WAIT: the share of the time the training loop waited "
+                "for its loader's worker processes; - where the job has no such loop (a loop "
+                "that loads its own data: iotrace attach --pid PID --duration 30, then "
+                "iotrace report).", style="dim")
     return Group(t, d if devs else Text("no block-device requests yet", style="dim"), foot)
 
 
@@ -155,6 +191,7 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
         while not stop.is_set():
             rec.read_status(0.2)
             sums.add_records(rec.take_records())
+            sums.add_wakes(rec.take_wakes())
             sums.add_rates(rec.take_rates())
             sums.recorder = dict(rec.stats)
             k = keys.read()
@@ -173,10 +210,15 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
             sums.jobs.scan()
             snap = snapshot(sums)
             history.append(snap)
-            while len(history) > 1 and snap["t"] - history[0]["t"] > WINDOW_S:
+            while len(history) > 1 and snap["t"] - history[0]["t"] > WAIT_WINDOW_S:
                 history.popleft()
-            jobs, devs = rates(history[0], snap) if len(history) > 1 else ({}, {})
+            base = next(h for h in history if snap["t"] - h["t"] <= WINDOW_S)
+            if base is snap:
+                base = history[0]
+            jobs, devs = rates(base, snap) if len(history) > 1 else ({}, {})
+            waits = wait_shares(history[0], snap) if len(history) > 1 else {}
             live.update(render(title, jobs, devs, SORTS[sort], snap["dropped"],
-                               snap["t"] - history[0]["t"]), refresh=True)
+                               snap["t"] - base["t"], waits, snap["t"] - history[0]["t"]),
+                        refresh=True)
             next_draw = now + refresh_s
     return why

@@ -24,6 +24,8 @@ _Static_assert(sizeof(struct iot_prof_val) == 56, "profile value ABI");
 _Static_assert(sizeof(struct iot_prof_sums) == 88, "profile sums ABI");
 _Static_assert(sizeof(struct iot_prof_rate_key) == 16, "profile rate key ABI");
 _Static_assert(sizeof(struct iot_prof_rate_val) == 32, "profile rate value ABI");
+_Static_assert(sizeof(struct iot_prof_wake_key) == 24, "profile wake key ABI");
+_Static_assert(sizeof(struct iot_prof_wake_val) == 16, "profile wake value ABI");
 
 struct call_row {
 	struct iot_prof_key k;
@@ -35,11 +37,18 @@ struct rate_row {
 	struct iot_prof_rate_val v;   /* v.calls 0: a free slot */
 };
 
+struct wake_row {
+	struct iot_prof_wake_key k;
+	struct iot_prof_wake_val v;   /* v.wakes 0: a free slot */
+};
+
 /* Slots: a power of two, at least twice the rows allowed (short probes). */
 static struct call_row *calls;
 static size_t calls_mask, calls_n, calls_max;
 static struct rate_row *rates;
 static size_t rates_mask, rates_n;
+static struct wake_row *wakes;
+static size_t wakes_mask, wakes_n;
 /* The regular files whose name is in the spool: (dev, ino) pairs, open
  * addressing, doubled at half full. It grows with the distinct files a job
  * opens (16-byte slots, up to 32 bytes a file), not with time. */
@@ -73,13 +82,15 @@ int prof_tables_init(long max_keys)
 	nc = slots_for(calls_max);
 	calls = calloc(nc, sizeof(*calls));
 	rates = calloc(nr, sizeof(*rates));
-	if (!calls || !rates) {
+	wakes = calloc(slots_for(IOT_PROF_WAKES_MAX_KEYS), sizeof(*wakes));
+	if (!calls || !rates || !wakes) {
 		prof_tables_free();
 		errno = ENOMEM;
 		return -1;
 	}
 	calls_mask = nc - 1;
 	rates_mask = nr - 1;
+	wakes_mask = slots_for(IOT_PROF_WAKES_MAX_KEYS) - 1;
 	return 0;
 }
 
@@ -87,9 +98,11 @@ void prof_tables_free(void)
 {
 	free(calls);
 	free(rates);
+	free(wakes);
 	free(named);
 	calls = NULL;
 	rates = NULL;
+	wakes = NULL;
 	named = NULL;
 }
 
@@ -167,6 +180,42 @@ static bool rate_insert(struct rate_row *tab, size_t mask, size_t *n,
 	}
 }
 
+/* Into the wake table (false: it is full). */
+static bool wake_insert(struct wake_row *tab, size_t mask, size_t *n,
+			const struct iot_prof_wake_key *k, const struct iot_prof_wake_val *v)
+{
+	size_t i = hash_words(k, sizeof(*k)) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		struct wake_row *r = &tab[i];
+		if (!r->v.wakes) {
+			if (*n >= IOT_PROF_WAKES_MAX_KEYS)
+				return false;
+			r->k = *k;
+			r->v = *v;
+			(*n)++;
+			return true;
+		}
+		if (!memcmp(&r->k, k, sizeof(*k))) {
+			r->v.wakes += v->wakes;
+			r->v.dur_ns += v->dur_ns;
+			return true;
+		}
+	}
+}
+
+static void wake_add(const struct iot_prof_sums *s)
+{
+	struct iot_prof_wake_key k = {
+		.sec = s->sec, .pid = s->k.pid, .tid = s->k.ino >> 32,
+		.waker_pid = s->k.dev, .waker_tid = (__u32)s->k.ino,
+	};
+	struct iot_prof_wake_val v = { .wakes = s->v.calls, .dur_ns = s->v.dur_ns };
+
+	if (!wake_insert(wakes, wakes_mask, &wakes_n, &k, &v))
+		prof_counts.wakes_lost += s->v.calls;
+}
+
 void prof_add(const struct iot_prof_sums *s)
 {
 	struct iot_prof_rate_key rk = { .sec = s->sec, .pid = s->k.pid, .op = s->k.op };
@@ -177,6 +226,10 @@ void prof_add(const struct iot_prof_sums *s)
 
 	if (!s->v.calls)
 		return;
+	if (s->k.op == IOT_PROF_WAKE) {
+		wake_add(s);
+		return;
+	}
 	add_call(&s->k, &s->v);
 	if (!rate_insert(rates, rates_mask, &rates_n, &rk, &rv))
 		prof_counts.rate_lost += s->v.calls;
@@ -213,6 +266,37 @@ long prof_rates_drain(FILE *out, __u32 before_sec)
 	free(rates);
 	rates = kept;
 	rates_n = n;
+	if (fflush(out))
+		return -1;
+	return moved;
+}
+
+long prof_wakes_drain(FILE *out, __u32 before_sec)
+{
+	struct wake_row *kept = calloc(wakes_mask + 1, sizeof(*kept));
+	size_t n = 0;
+	long moved = 0;
+
+	if (!kept)
+		return -1;
+	for (size_t i = 0; i <= wakes_mask; i++) {
+		struct wake_row *r = &wakes[i];
+		if (!r->v.wakes)
+			continue;
+		if (r->k.sec >= before_sec) {
+			wake_insert(kept, wakes_mask, &n, &r->k, &r->v);
+			continue;
+		}
+		if (fwrite(&r->k, sizeof(r->k), 1, out) != 1 ||
+		    fwrite(&r->v, sizeof(r->v), 1, out) != 1) {
+			free(kept);
+			return -1;
+		}
+		moved++;
+	}
+	free(wakes);
+	wakes = kept;
+	wakes_n = n;
 	if (fflush(out))
 		return -1;
 	return moved;

@@ -18,6 +18,9 @@ struct iot_prof_sums;
  *                      struct iot_prof_val) pairs; the calls that found the
  *                      table (or the kernel's ring buffer) full follow with
  *                      pid 0 and both buckets 255.
+ *   wakes-N.bin        with --loop-waits (and --rates-files): (struct
+ *                      iot_prof_wake_key, struct iot_prof_wake_val) pairs,
+ *                      one per finished second, woken thread and waker;
  * Memory is fixed however long the job runs: a call whose key finds the
  * table full is added to its op's keyless row (totals stay exact) and
  * counted; one whose second finds the per-second table full is counted.
@@ -25,6 +28,8 @@ struct iot_prof_sums;
 
 #define IOT_PROF_CALLS_MAX_KEYS 131072
 #define IOT_PROF_RATES_MAX_KEYS 16384
+/* (second, woken thread, waker thread) rows held between drains */
+#define IOT_PROF_WAKES_MAX_KEYS 16384
 
 struct prof_totals {
 	__u64 calls, bytes_read, bytes_written;
@@ -32,7 +37,7 @@ struct prof_totals {
 
 /* calls of the two kinds of loss above (the kernel counts its own) */
 struct prof_counts {
-	__u64 overflow, rate_lost;
+	__u64 overflow, rate_lost, wakes_lost;
 };
 
 extern struct prof_totals prof_totals;
@@ -49,6 +54,10 @@ void prof_add(const struct iot_prof_sums *s);
 /* Moves the per-second rows of seconds before `before_sec` (all: ~0u) to
  * out. Returns the rows moved, or -1 when writing failed. */
 long prof_rates_drain(FILE *out, __u32 before_sec);
+
+/* The same for the wake table (--loop-waits): (struct iot_prof_wake_key,
+ * struct iot_prof_wake_val) pairs. */
+long prof_wakes_drain(FILE *out, __u32 before_sec);
 
 /* Whether a regular file (dev, ino) is named for the first time: a profile
  * writes an open's record only then. The kernel filters most repeats

@@ -69,6 +69,8 @@ struct options {
 	int profile_max_keys;	/* size of the aggregate table (tests force it full) */
 	bool rates_files;	/* live use: each second's sums a file of its own, no
 				 * whole-run table (iotrace exporter reads and deletes them) */
+	bool loop_waits;	/* live use: the wake-ups between the job's threads,
+				 * summed per second (bpf/iotrace.bpf.c prof_wake) */
 	const char *verbs_lib;
 	const char *tls_libs[9];	/* --tls-lib, NULL-terminated */
 	int ntls_libs;
@@ -229,23 +231,21 @@ static int spool_close(void)
 	return 0;
 }
 
-/* Profile mode's finished seconds: appended to profile-rates.bin, or with
- * --rates-files each drain a file of its own, rates-N.bin, renamed whole
- * (a live reader takes and deletes them: nothing grows however long it runs). */
-static long rates_drain(FILE *out, __u32 before_sec)
+/* One drain of finished seconds as a file of its own, PREFIX-N.bin, renamed
+ * whole (a live reader takes and deletes them: nothing grows however long
+ * it runs); none when there was nothing to move. */
+static long drain_file(const char *prefix, unsigned seq, long (*drain)(FILE *, __u32),
+		       __u32 before_sec)
 {
-	static unsigned rates_seq;
 	char from[4096], to[4096];
 	long moved;
 	FILE *f;
 
-	if (!opt.rates_files)
-		return prof_rates_drain(out, before_sec);
-	snprintf(from, sizeof(from), "%s/rates-%06u.bin.part", opt.spool, rates_seq);
+	snprintf(from, sizeof(from), "%s/%s-%06u.bin.part", opt.spool, prefix, seq);
 	f = fopen(from, "w");
 	if (!f)
 		return -1;
-	moved = prof_rates_drain(f, before_sec);
+	moved = drain(f, before_sec);
 	if (fclose(f) || moved < 0) {
 		unlink(from);
 		return -1;
@@ -254,9 +254,27 @@ static long rates_drain(FILE *out, __u32 before_sec)
 		unlink(from);
 		return 0;
 	}
-	snprintf(to, sizeof(to), "%s/rates-%06u.bin", opt.spool, rates_seq++);
+	snprintf(to, sizeof(to), "%s/%s-%06u.bin", opt.spool, prefix, seq);
 	if (rename(from, to))
 		return -1;
+	return moved;
+}
+
+/* Profile mode's finished seconds: appended to profile-rates.bin, or with
+ * --rates-files each drain a file of its own, rates-N.bin (and, with
+ * --loop-waits, the wake-ups' wakes-N.bin: the wakes first, so that a
+ * reader that sees a second's rates has its wakes too). */
+static long rates_drain(FILE *out, __u32 before_sec)
+{
+	static unsigned seq;
+	long moved;
+
+	if (!opt.rates_files)
+		return prof_rates_drain(out, before_sec);
+	if (opt.loop_waits && drain_file("wakes", seq, prof_wakes_drain, before_sec) < 0)
+		return -1;
+	moved = drain_file("rates", seq, prof_rates_drain, before_sec);
+	seq++;
 	return moved;
 }
 
@@ -740,6 +758,9 @@ static void usage(FILE *f)
 		"  --rates-files      with --profile: each second's sums a file of its own,\n"
 		"                     rates-N.bin, and no whole-run table (live readers\n"
 		"                     take and delete them: iotrace exporter)\n"
+		"  --loop-waits       with --rates-files: also the time each thread was\n"
+		"                     blocked until another of the job's threads woke it,\n"
+		"                     per second (wakes-N.bin; costs the scheduler hooks)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
@@ -772,6 +793,7 @@ static int parse_args(int argc, char **argv)
 		{ "profile", no_argument, 0, 'P' },
 		{ "profile-max-keys", required_argument, 0, 'K' },
 		{ "rates-files", no_argument, 0, 'R' },
+		{ "loop-waits", no_argument, 0, 'W' },
 		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "tls-lib", required_argument, 0, 'T' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -806,6 +828,7 @@ static int parse_args(int argc, char **argv)
 		case 'P': opt.profile = true; break;
 		case 'K': opt.profile_max_keys = atoi(optarg); break;
 		case 'R': opt.rates_files = true; break;
+		case 'W': opt.loop_waits = true; break;
 		case 'L': opt.verbs_lib = optarg; break;
 		case 'T':
 			if (opt.ntls_libs == 8) {
@@ -829,6 +852,10 @@ static int parse_args(int argc, char **argv)
 		usage(stderr);
 		return -1;
 	}
+	if ((opt.rates_files && !opt.profile) || (opt.loop_waits && !opt.rates_files)) {
+		say("--rates-files needs --profile, --loop-waits needs --rates-files");
+		return -1;
+	}
 	if (opt.ringbuf_mb < 1 || (opt.ringbuf_mb & (opt.ringbuf_mb - 1))) {
 		say("--ringbuf-mb must be a power of two");
 		return -1;
@@ -850,7 +877,7 @@ static void prepare_profile(struct iotrace_bpf *skel, struct probe *probes, int 
 	/* the tests' smaller tables: the kernel's named files too */
 	if (opt.profile_max_keys > 0)
 		bpf_map__set_max_entries(skel->maps.prof_named, opt.profile_max_keys);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !opt.loop_waits; i++) {
 		if (strcmp(probes[i].prog, "iot_sched_switch") && strcmp(probes[i].prog, "iot_sched_waking")
 		    && strncmp(probes[i].name, IRQ_WAKE_PROBES, sizeof(IRQ_WAKE_PROBES) - 1))
 			continue;
@@ -1301,12 +1328,14 @@ open_core:
 		if (now - last_stats >= 500000000ull) {
 			status("{\"type\":\"stats\",\"elapsed_ns\":%llu,\"events\":%llu,"
 			       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
-			       "\"live\":%lld,\"profile_calls\":%llu}",
+			       "\"live\":%lld,\"profile_calls\":%llu,\"wakes_lost\":%llu}",
 			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
 			       (unsigned long long)(tot.bytes_read + prof_totals.bytes_read),
 			       (unsigned long long)(tot.bytes_written + prof_totals.bytes_written),
 			       (unsigned long long)(counter_sum(skel, IOT_CNT_DROPS) + rings_lost()),
-			       (long long)skel->bss->live_procs, (unsigned long long)prof_totals.calls);
+			       (long long)skel->bss->live_procs, (unsigned long long)prof_totals.calls,
+			       (unsigned long long)(counter_sum(skel, IOT_CNT_PROF_WAKE_LOST) +
+						    prof_counts.wakes_lost));
 			last_stats = now;
 		}
 		/* the command's processes are gone: those traced besides it (--pid
