@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """What `iotrace exporter` costs the jobs it watches.
 
-Each workload runs in a job cgroup below a cgroup root, untraced and with
-the exporter following the root (started before, stopped after each
-repetition), interleaved; the ratio is the workload's own time with the
-exporter over without, per repetition, and the table gives its median
-(min-max).
+Each workload runs in a job cgroup below a cgroup root, untraced, with the
+exporter following the root, and with the exporter run --no-loop-waits
+(started before, stopped after each repetition), interleaved; the ratio is
+the workload's own time with the exporter over without, per repetition,
+and the table gives its median (min-max).
 
 Workloads (bench/peers_workloads/loaders.py, their own clocks):
   torch   a PyTorch DataLoader, 2 workers, batch 32, np.load of a 256 KiB
@@ -58,9 +58,9 @@ def run_workload(kind: str, data: Path, cg: Path) -> float:
 
 
 class Exporter:
-    def __init__(self, root: Path, port: int):
+    def __init__(self, root: Path, port: int, *extra: str):
         self.proc = subprocess.Popen([PY, "-m", "iotrace", "exporter", "--cgroup-root", str(root),
-                                      "--listen", f"127.0.0.1:{port}"],
+                                      "--listen", f"127.0.0.1:{port}", *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         end = time.monotonic() + 60
         while time.monotonic() < end:
@@ -76,6 +76,11 @@ class Exporter:
     def stop(self):
         self.proc.send_signal(2)
         self.proc.wait(timeout=60)
+
+
+# the exporter as it runs by default, and without the scheduler hooks of its
+# loops' data waits (--no-loop-waits)
+MODES = (("exporter", ()), ("no-loop-waits", ("--no-loop-waits",)))
 
 
 def main() -> None:
@@ -101,12 +106,12 @@ def main() -> None:
             for kind in kinds:
                 times.setdefault((kind, "untraced"), []).append(
                     run_workload(kind, data, outside))
-                exp = Exporter(root, 9400 + os.getpid() % 500)
-                try:
-                    times.setdefault((kind, "exporter"), []).append(
-                        run_workload(kind, data, job))
-                finally:
-                    exp.stop()
+                for mode, extra in MODES:
+                    exp = Exporter(root, 9400 + os.getpid() % 500, *extra)
+                    try:
+                        times.setdefault((kind, mode), []).append(run_workload(kind, data, job))
+                    finally:
+                        exp.stop()
             print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr)
     finally:
         for d in (job, outside, root):
@@ -118,12 +123,17 @@ def main() -> None:
              f"{os.cpu_count()} CPUs (bench/exporter_cost.py --reps {a.reps})",
              "each workload's own time with `iotrace exporter` following its cgroup over "
              "without; ratio: median of the per-repetition ratios (min-max), interleaved", "",
-             f"{'workload':10} {'untraced s':>11} {'exporter s':>11} {'ratio':>8}  range"]
+             f"{'workload':10} {'untraced s':>11} {'exporter s':>11} {'ratio':>8}  {'range':12}"
+             f" {'no loop waits s':>16} {'ratio':>8}  range"]
     for kind in kinds:
-        u, e = times[(kind, "untraced")], times[(kind, "exporter")]
-        r = [x / y for x, y in zip(e, u)]
-        lines.append(f"{kind:10} {statistics.median(u):11.3f} {statistics.median(e):11.3f} "
-                     f"{statistics.median(r):7.3f}x  {min(r):.3f}-{max(r):.3f}")
+        u = times[(kind, "untraced")]
+        cols = []
+        for mode, _ in MODES:
+            e = times[(kind, mode)]
+            r = [x / y for x, y in zip(e, u)]
+            cols.append(f"{statistics.median(e):{11 if mode == 'exporter' else 16}.3f} "
+                        f"{statistics.median(r):7.3f}x  {min(r):.3f}-{max(r):.3f}")
+        lines.append(f"{kind:10} {statistics.median(u):11.3f} {cols[0]:34} {cols[1]}")
     text = "\n".join(lines) + "\n"
     print(text)
     (BENCH / "results" / "exporter-cost-latest.txt").write_text(text)

@@ -2,6 +2,7 @@
 (exporter.py; docs/exporter.md). cli.py wires it in with `register(...)`."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -19,6 +20,13 @@ def _listen(value: str) -> str:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise click.BadParameter(f"{value!r}: give HOST:PORT, e.g. 127.0.0.1:9464")
     return value
+
+
+def _scratch_dir(prefix: str) -> Path:
+    """A new directory in /run (memory) where this user may write there, else
+    in the temporary directory (a user granted capabilities, not root)."""
+    run = Path("/run")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=run if os.access(run, os.W_OK) else None))
 
 
 def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> None:
@@ -41,7 +49,11 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
     @click.option("--spool-dir", metavar="DIR", type=click.Path(file_okay=False),
                   help="Where the recorder's output waits to be read (a few seconds' worth; "
                        "deleted as read). Default: a new directory under /run or /tmp.")
-    def exporter(listen, cgroup_root, match, forget_after, spool_dir):
+    @click.option("--no-loop-waits", is_flag=True,
+                  help="Do not measure the training loops' data waits (no scheduler hooks: "
+                       "a little less cost on every context switch of the node; "
+                       "bench/exporter_cost.py measures it).")
+    def exporter(listen, cgroup_root, match, forget_after, spool_dir, no_loop_waits):
         """Serve Prometheus metrics of the I/O of every job on this node.
 
         \b
@@ -52,6 +64,10 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
           iotrace_storage_read_bytes_total   (what the page cache had to read)
           iotrace_calls_total{op}, iotrace_call_seconds_total{op}
           iotrace_device_bytes_total{device,op}
+          iotrace_loop_data_wait_seconds_total{rank}   (the training loop
+            blocked until its loader's worker processes handed it data:
+            rate() is the data-wait share, 1 - AU; iotrace_loops says
+            whether a loop fed by worker processes was found)
         and per device iotrace_device_request_seconds (a histogram), with
         iotrace_records_dropped_total and iotrace_jobs. A job whose cgroup
         is removed leaves /metrics 15 s later (--forget-after). No file
@@ -83,8 +99,7 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
                  "cgroup v2 tree is under /sys/fs/cgroup)")
         check_can_trace()
         from .exporter import serve
-        base = Path(spool_dir) if spool_dir else Path(tempfile.mkdtemp(
-            prefix="iotrace-exporter-", dir="/run" if Path("/run").is_dir() else None))
+        base = Path(spool_dir) if spool_dir else _scratch_dir("iotrace-exporter-")
         spool = base / "spool"
         stop = threading.Event()
 
@@ -100,7 +115,7 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
 
         try:
             serve(listen, cgroup_root, match, spool, stop, ready=ready,
-                  forget_after_s=forget_after)
+                  forget_after_s=forget_after, loop_waits=not no_loop_waits)
         except OSError as e:
             fail(f"cannot serve on {listen}: {e.strerror or e}", 3)
         finally:
@@ -164,8 +179,7 @@ def register_top(cli, context: dict, fail: Callable[..., None], check_can_trace)
             jobs = PidJobs(list(pids))
             title = "iotrace top: " + ", ".join(sorted(jobs.live))
         check_can_trace()
-        base = Path(tempfile.mkdtemp(prefix="iotrace-top-",
-                                     dir="/run" if Path("/run").is_dir() else None))
+        base = _scratch_dir("iotrace-top-")
         rec = LiveRecorder(base / "spool", cgroup_root=str(jobs.root) if cgroup_root else None,
                            pids=pids)
         stop = threading.Event()

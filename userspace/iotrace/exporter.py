@@ -226,7 +226,7 @@ class Collector:
 
 def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
           stop: threading.Event, ready: Optional[callable] = None,
-          poll_s: float = 0.5, forget_after_s: float = 15.0) -> None:
+          poll_s: float = 0.5, forget_after_s: float = 15.0, loop_waits: bool = True) -> None:
     """Runs until stop is set: the recorder, the sums and the HTTP server.
     Raises IotraceError if the recorder ends first."""
     from prometheus_client import start_http_server
@@ -241,7 +241,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     registry.register(Collector(sums))
     # the port first: a port in use is an error before any probe is loaded
     server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
-    rec = LiveRecorder(spool, cgroup_root=str(jobs.root))
+    rec = LiveRecorder(spool, cgroup_root=str(jobs.root), loop_waits=loop_waits)
     try:
         rec.start()
     except BaseException:
