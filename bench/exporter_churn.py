@@ -3,9 +3,11 @@
 below its cgroup root (each in a cgroup of its own, made before and removed
 after it), and the exporter's and its recorder's resident memory is sampled.
 
-Each job is a short Python process that opens and reads a few new files of
-its own (so that the set of files grows too, as datasets do) and exits; a
-new one starts every --every seconds, several alive at a time.
+Each job is a short Python process fed by a worker process it forks, which
+reads a few new files of its own (so that the set of files grows too, as
+datasets do) and hands the job a piece of each through a pipe (so that the
+job is a loop fed by a worker, as a DataLoader's); both exit after 2-3 s. A
+new job starts every --every seconds, several alive at a time.
 
 Run as root:  .venv/bin/python bench/exporter_churn.py [--minutes M] [--every S]
 The table is printed and written to bench/results/exporter-churn-latest.txt.
@@ -32,13 +34,24 @@ JOB = r"""
 import os, sys, time
 d = sys.argv[1]
 os.makedirs(d, exist_ok=True)
-for i in range(20):
-    p = os.path.join(d, f"f{i}")
-    with open(p, "wb") as f:
-        f.write(os.urandom(65536))
-    with open(p, "rb") as f:
-        f.read()
-time.sleep(2)
+# a worker process hands the job 20 small "batches" through a pipe, 0.1 s
+# apart: the job is a loop fed by a worker, as a DataLoader's, and comes
+# and goes through the exporter's loop tables too
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r)
+    for i in range(20):
+        p = os.path.join(d, f"f{i}")
+        with open(p, "wb") as f:
+            f.write(os.urandom(65536))
+        with open(p, "rb") as f:
+            os.write(w, f.read()[:64])
+        time.sleep(0.1)
+    os._exit(0)
+os.close(w)
+while os.read(r, 64):
+    pass
+os.wait()
 """
 
 
@@ -90,8 +103,10 @@ def main() -> None:
                                                  timeout=5).read().decode()
                 series = sum(1 for line in metrics.splitlines()
                              if line.startswith("iotrace_") and "cgroup=" in line)
+                loops = sum(1 for line in metrics.splitlines()
+                            if line.startswith("iotrace_loop_data_wait_seconds_total{"))
                 rows.append((time.monotonic() - t0, n, len(running), rss_kib(exp.pid),
-                             rss_kib(rec), series))
+                             rss_kib(rec), series, loops))
                 next_sample += 30
             time.sleep(a.every)
     finally:
@@ -105,12 +120,14 @@ def main() -> None:
     lines = [f"exporter under job churn  {datetime.now():%Y-%m-%d %H:%M}, kernel "
              f"{platform.release()}, {os.cpu_count()} CPUs (bench/exporter_churn.py "
              f"--minutes {a.minutes:g} --every {a.every:g})",
-             "a job (a cgroup, a process reading 20 new files) starts every "
-             f"{a.every:g} s and ends 2-3 s later; resident memory sampled every 30 s", "",
+             "a job (a cgroup, a process fed 20 batches by a worker process that reads 20 "
+             f"new files) starts every {a.every:g} s and ends 2-3 s later; resident memory "
+             "sampled every 30 s; loop series: jobs whose data wait is served", "",
              f"{'time s':>7} {'jobs so far':>11} {'alive':>6} {'exporter RSS MiB':>17} "
-             f"{'recorder RSS MiB':>17} {'job series':>11}"]
-    for t, total, alive, e, r, s in rows:
-        lines.append(f"{t:7.0f} {total:11d} {alive:6d} {e / 1024:17.1f} {r / 1024:17.1f} {s:11d}")
+             f"{'recorder RSS MiB':>17} {'job series':>11} {'loop series':>12}"]
+    for t, total, alive, e, r, s, lp in rows:
+        lines.append(f"{t:7.0f} {total:11d} {alive:6d} {e / 1024:17.1f} {r / 1024:17.1f} "
+                     f"{s:11d} {lp:12d}")
     text = "\n".join(lines) + "\n"
     print(text)
     (Path(__file__).resolve().parent / "results" / "exporter-churn-latest.txt").write_text(text)

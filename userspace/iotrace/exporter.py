@@ -100,6 +100,12 @@ class Sums:
                     now[job] += 1
             self.loops_now = dict(now)
 
+    def add_joined(self, pids: list[int]) -> None:
+        """Processes the recorder found in the tree (not by their fork)."""
+        for pid in pids:
+            self.loops.joined(pid)
+            self.jobs.job_of(pid)       # placed while /proc has it (its sums come 1-2 s later)
+
     def add_records(self, recs: np.ndarray) -> None:
         """Process life (whose job a new process is) and block-device requests."""
         if not len(recs):
@@ -253,6 +259,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     try:
         while not stop.is_set() and rec.alive():
             rec.read_status(poll_s)
+            sums.add_joined(rec.take_joined())
             sums.add_records(rec.take_records())
             sums.add_wakes(rec.take_wakes())
             sums.add_rates(rec.take_rates())

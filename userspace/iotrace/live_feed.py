@@ -56,6 +56,7 @@ class LiveRecorder:
         self.end: Optional[dict] = None
         self._status: Optional[StatusPipe] = None
         self.joined = 0                     # processes the recorder found in the tree
+        self.joined_pids: list[int] = []    # ... not yet taken (take_joined)
 
     def start(self, timeout: float = 30.0) -> None:
         self.spool.mkdir(parents=True, exist_ok=True)
@@ -91,9 +92,17 @@ class LiveRecorder:
                 self.stats = msg
             elif kind == "joined":
                 self.joined += 1
+                if isinstance(msg.get("pid"), int):
+                    self.joined_pids.append(msg["pid"])
             elif kind in ("end", "error"):
                 self.end = msg
         return msgs is not None
+
+    def take_joined(self) -> list[int]:
+        """The processes the recorder found in the tree (not by a traced
+        process's fork) since the last call."""
+        pids, self.joined_pids = self.joined_pids, []
+        return pids
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

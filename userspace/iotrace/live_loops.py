@@ -91,8 +91,14 @@ class LoopWaits:
             self.loops.pop(p, None)
             self.ranks.pop(p, None)
 
+    def joined(self, pid: int) -> None:
+        """A process found in the tree, not by its fork: its parent now,
+        while /proc has it (a worker may be gone when its wake-ups arrive)."""
+        if self.parent.get(pid) is None:
+            self.parent[pid] = _proc_ppid(pid)
+
     def _ppid(self, pid: int) -> Optional[int]:
-        if pid not in self.parent:
+        if self.parent.get(pid) is None:
             self.parent[pid] = _proc_ppid(pid)
         return self.parent[pid]
 

@@ -190,6 +190,7 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
         next_draw = 0.0
         while not stop.is_set():
             rec.read_status(0.2)
+            sums.add_joined(rec.take_joined())
             sums.add_records(rec.take_records())
             sums.add_wakes(rec.take_wakes())
             sums.add_rates(rec.take_rates())
