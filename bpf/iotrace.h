@@ -349,13 +349,14 @@ struct iot_prof_wake_val {
 	__u64 dur_ns;
 };
 
-/* Per second of CLOCK_MONOTONIC (ts / 1e9), process and op. */
+/* Per second of CLOCK_MONOTONIC (ts / 1e9), process, op, and the calls'
+ * file type and device (per mount, live: iotrace exporter). */
 struct iot_prof_rate_key {
 	__u32 sec;
 	__u32 pid;
 	__u16 op;
-	__u16 pad;
-	__u32 pad2;
+	__u16 ftype;      /* the file's S_IFMT >> 12 (8: regular), 0: none */
+	__u32 dev;        /* the file's device (kernel dev_t), 0: none */
 };
 
 struct iot_prof_rate_val {

@@ -4,8 +4,8 @@ its rates to the workloads' own numbers (fio's JSON)."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from iotrace.tracedir import mount_table
 
 from cgroups import new_cgroup, remove_cgroup
 from conftest import needs_root
@@ -127,7 +129,8 @@ def fio_in(cgroup: Path, data: Path, out: Path, rate: str, seconds: int):
 def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
     """Two fio jobs in two cgroups, 40 and 10 MiB/s: Prometheus's rate() of
     iotrace_read_bytes_total per cgroup is each one's fio bandwidth within
-    5%, and the total bytes within 5% of fio's; once a job's cgroup is
+    5%, and the total bytes within 5% of fio's, all of them on the data
+    file's mount (iotrace_mount_read_bytes_total); once a job's cgroup is
     removed its series leave /metrics (Prometheus returns nothing). The
     Grafana dashboard's queries run on the same Prometheus."""
     root, port, prom, exp = node
@@ -148,6 +151,10 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
     at = start + seconds - 1
     rate = prom.query("rate(iotrace_read_bytes_total[8s])", at)
     total = prom.query("max_over_time(iotrace_read_bytes_total[2m])", end)
+    st = os.stat(data)
+    mount = mount_table()[(os.major(st.st_dev), os.minor(st.st_dev))][0]
+    per_mount = prom.query(f'max_over_time(iotrace_mount_read_bytes_total{{mount="{mount}"}}[2m])',
+                           end)
     for job in fios:
         bw = own[job]["bw_bytes"]
         print(f"{job}: fio {bw / 2**20:.2f} MiB/s, {own[job]['io_bytes'] / 2**20:.1f} MiB; "
@@ -155,6 +162,8 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
               f"total {total.get(job, 0) / 2**20:.1f} MiB")
         assert rate.get(job) == pytest.approx(bw, rel=0.05), (job, rate, bw)
         assert total.get(job) == pytest.approx(own[job]["io_bytes"], rel=0.05), (job, total)
+        # the data file's mount: its reads, fio's bytes
+        assert per_mount.get(job) == pytest.approx(own[job]["io_bytes"], rel=0.05), per_mount
     # the Grafana dashboard's queries, its variables filled in, all evaluate,
     # and its read-rate panel shows both jobs at their rates
     dash = json.loads((REPO / "examples" / "grafana" / "iotrace-dashboard.json").read_text())

@@ -4,6 +4,7 @@ left behind)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import statistics
@@ -13,12 +14,16 @@ import time
 
 import pytest
 
+from iotrace.tracedir import mount_table
+
 from conftest import needs_root
 
 pytestmark = needs_root()
 TMUX = shutil.which("tmux")
 # JOB, DATA WAIT, READ MiB/s
 ROW = re.compile(r"│\s*(\d+) fio\s*│\s*([-\d%]+)\s*│\s*([\d.]+)\s*│")
+# JOB, MOUNT, READ MiB/s
+MOUNT_ROW = re.compile(r"│\s*(\d+) fio\s*│\s*(/\S*)\s*│\s*([\d.]+)\s*│")
 
 
 def tmux(*args: str) -> str:
@@ -55,7 +60,7 @@ def fio(tmp_path):
     p = subprocess.Popen(["fio", "--name=r", f"--filename={data}", "--rw=read", "--bs=128k",
                           "--ioengine=psync", "--invalidate=0", "--rate=40m", "--time_based",
                           "--runtime=30", "--output-format=json", f"--output={out}"])
-    yield p, out
+    yield p, out, data
     if p.poll() is None:
         p.kill()
         p.wait()
@@ -81,22 +86,30 @@ def start_top(session: str, pid: int) -> None:
 
 def test_top_against_fio_keys_and_clean_exits(fio):
     """fio reads at 40 MiB/s: top's READ MiB/s for it, read off the screen
-    over 5 s once steady, is fio's own bandwidth within 5%; its DATA WAIT is
+    over 5 s once steady, is fio's own bandwidth within 5%, and so is its
+    row in the mounts' table, on the data file's mount; its DATA WAIT is
     "-" (fio has no loop fed by worker processes: unknown, not 0%); s moves
     the sort from the data wait to the read column; q ends it with status 0, and so does Ctrl-C in a
     second run, each leaving no recorder and no BPF program behind."""
-    proc, out = fio
+    proc, out, data = fio
+    st = os.stat(data)
+    mount = mount_table()[(os.major(st.st_dev), os.minor(st.st_dev))][0]
     session = f"iotrace-top-{proc.pid}"
     try:
         start_top(session, proc.pid)
         wait_screen(session, r"\d+ fio", 30)
         time.sleep(6)                       # past the first window's partial seconds
-        seen = []
+        seen, per_mount = [], []
         for _ in range(10):
-            m = ROW.search(screen(session))
+            shown = screen(session)
+            m = ROW.search(shown)
             if m:
                 assert m.group(2) == "-", m.group(0)
                 seen.append(float(m.group(3)))
+            m = MOUNT_ROW.search(shown)
+            if m:
+                assert m.group(2) == mount, (m.group(0), mount)
+                per_mount.append(float(m.group(3)))
             time.sleep(0.5)
         assert len(seen) >= 8, screen(session)
         assert "DATA WAIT v" in screen(session), screen(session)
@@ -117,5 +130,7 @@ def test_top_against_fio_keys_and_clean_exits(fio):
     assert proc.wait(timeout=60) == 0
     bw = json.loads(out.read_text())["jobs"][0]["read"]["bw_bytes"] / 2**20
     got = statistics.median(seen)
-    print(f"fio {bw:.2f} MiB/s, top {got:.2f} MiB/s (readings {seen})")
+    print(f"fio {bw:.2f} MiB/s, top {got:.2f} MiB/s (readings {seen}); its mount {mount} "
+          f"{per_mount}")
     assert got == pytest.approx(bw, rel=0.05), (seen, bw)
+    assert len(per_mount) >= 8 and statistics.median(per_mount) == pytest.approx(bw, rel=0.05)

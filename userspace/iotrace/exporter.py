@@ -17,15 +17,20 @@ from typing import Optional
 
 import numpy as np
 
-from .abi import COPY_OPS, OP_NAMES, READ_OPS, RECV_OPS, SEND_OPS, WRITE_OPS
+from .abi import COPY_OPS, OP_NAMES, READ_OPS, RECV_OPS, SEND_OPS, SYNC_OPS, WRITE_OPS
 from .live_jobs import Jobs
 from .live_loops import LoopWaits
 from .storage_io import _kernel_dev, device_names
+from .tracedir import mount_table
 
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 READ_CODES = {OP[o] for o in READ_OPS + RECV_OPS}
 WRITE_CODES = {OP[o] for o in WRITE_OPS + SEND_OPS}
 COPY_CODES = {OP[o] for o in COPY_OPS}
+FILE_READ_CODES = {OP[o] for o in READ_OPS}
+FILE_WRITE_CODES = {OP[o] for o in WRITE_OPS}
+SYNC_CODES = {OP[o] for o in SYNC_OPS}
+S_IFREG_TYPE = 8          # a rate row's ftype (S_IFMT >> 12) for a regular file
 FORK, EXIT, BLOCK = OP["proc_fork"], OP["proc_exit"], OP["block_rq"]
 # device request latency buckets (seconds): 50 us to 5 s
 LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,
@@ -43,6 +48,13 @@ class Sums:
         self.device: dict[tuple[str, str, str], float] = defaultdict(float)
         self.latency: dict[tuple[str, str], list] = {}
         self.devnames = device_names()
+        # (job, mount) -> read_bytes, storage_read_bytes, write_bytes,
+        # read_s, write_s, sync_s: the calls on regular files, per mount
+        self.mounts: dict[tuple[str, str], dict[str, float]] = \
+            defaultdict(lambda: defaultdict(float))
+        self._mount_of: dict[int, str] = {}
+        self._table: dict = {}
+        self._mounts_read = 0.0
         self.rows = 0
         self.loops = LoopWaits()
         # (job, rank) -> seconds the loop waited for its loader's workers
@@ -56,6 +68,20 @@ class Sums:
         if key not in self.devnames:
             self.devnames = device_names()
         return self.devnames.get(key, key)
+
+    def _mount(self, dev: int) -> str:
+        """A kernel dev_t's mount point (the first mounted, in this mount
+        namespace), else "dev:MAJOR:MINOR"."""
+        if dev not in self._mount_of:
+            if time.monotonic() - self._mounts_read > 5.0:
+                self._table = mount_table()
+                self._mounts_read = time.monotonic()
+            majmin = _kernel_dev(dev)
+            found = self._table.get(majmin)
+            if found is None:
+                return "dev:%d:%d" % majmin       # looked up again later: a mount may come
+            self._mount_of[dev] = found[0]
+        return self._mount_of[dev]
 
     def add_rates(self, rows: np.ndarray) -> None:
         """Per-second sums (pid, op): calls, bytes, seconds, bytes from storage."""
@@ -82,6 +108,22 @@ class Sums:
                 elif op in COPY_CODES:
                     io["read_bytes"] += int(r["bytes"])
                     io["write_bytes"] += int(r["bytes"])
+                if int(r["ftype"]) == S_IFREG_TYPE and r["dev"]:
+                    self._add_mount(job, op, r)
+
+    def _add_mount(self, job: str, op: int, r) -> None:
+        """A rate row of calls on regular files: into its mount's sums."""
+        m = self.mounts[(job, self._mount(int(r["dev"])))]
+        secs = int(r["dur_ns"]) / 1e9
+        if op in FILE_READ_CODES:
+            m["read_bytes"] += int(r["bytes"])
+            m["storage_read_bytes"] += int(r["cache_bytes"])
+            m["read_s"] += secs
+        elif op in FILE_WRITE_CODES:
+            m["write_bytes"] += int(r["bytes"])
+            m["write_s"] += secs
+        elif op in SYNC_CODES:
+            m["sync_s"] += secs
 
     def add_wakes(self, rows: np.ndarray) -> None:
         """Per-second wake-up sums: the loops' data waits (live_loops.py)."""
@@ -144,6 +186,8 @@ class Sums:
                     del self.device[k]
                 for k in [k for k in self.data_wait if k[0] == j]:
                     del self.data_wait[k]
+                for k in [k for k in self.mounts if k[0] == j]:
+                    del self.mounts[k]
                 self.loops_now.pop(j, None)
 
 
@@ -199,6 +243,27 @@ class Collector:
                 buckets.append(("+Inf", cum))
                 lat.add_metric([d, kind], buckets, h[-1])
             yield lat
+            mfams = {name: CounterMetricFamily(f"iotrace_mount_{name}", help_,
+                                               labels=["cgroup", "mount"])
+                     for name, help_ in (
+                         ("read_bytes", "Bytes the job's reads of regular files returned, by "
+                                        "the files' mount."),
+                         ("storage_read_bytes", "Of those, the bytes the page cache had to "
+                                                "bring from storage."),
+                         ("write_bytes", "Bytes the job wrote to regular files, by mount "
+                                         "(checkpoints show as bursts)."))}
+            msecs = CounterMetricFamily("iotrace_mount_io_seconds",
+                                        "The job's threads' time in reads, writes and syncs "
+                                        "(fsync, fdatasync, sync_file_range) of regular files, "
+                                        "by mount: a checkpoint's write and sync time.",
+                                        labels=["cgroup", "mount", "op"])
+            for (job, mount), m in sorted(s.mounts.items()):
+                for name, fam in mfams.items():
+                    fam.add_metric([job, mount], m.get(name, 0.0))
+                for kind in ("read", "write", "sync"):
+                    msecs.add_metric([job, mount, kind], m.get(f"{kind}_s", 0.0))
+            yield from mfams.values()
+            yield msecs
             wait = CounterMetricFamily(
                 "iotrace_loop_data_wait_seconds",
                 "Time the job's training loop was blocked until its loader's worker "

@@ -37,7 +37,7 @@ assert CALL_DTYPE.itemsize == 24 + 56
 
 # struct iot_prof_rate_key + struct iot_prof_rate_val
 RATE_DTYPE = np.dtype([
-    ("sec", "<u4"), ("pid", "<u4"), ("op", "<u2"), ("pad", "<u2"), ("pad2", "<u4"),
+    ("sec", "<u4"), ("pid", "<u4"), ("op", "<u2"), ("ftype", "<u2"), ("dev", "<u4"),
     ("calls", "<u8"), ("bytes", "<u8"), ("dur_ns", "<u8"), ("cache_bytes", "<u8"),
 ])
 assert RATE_DTYPE.itemsize == 16 + 32

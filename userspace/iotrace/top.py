@@ -1,8 +1,9 @@
 """`iotrace top`: the exporter's numbers (exporter.Sums) in a terminal,
 refreshed every second: per job its training loop's data-wait share, its
 read and write rates, IOPS, what the page cache had to read from storage,
-its threads' time in reads and writes; per block device its rates and
-latency. Keys: s sorts, q quits.
+its threads' time in reads and writes; per job and mount its reads and
+writes of files; per block device its rates and latency. Keys: s sorts,
+q quits.
 
 Rates are the counters' growth over the last WINDOW_S seconds, as
 Prometheus's rate() would give them (the kernel's per-second sums arrive
@@ -31,6 +32,7 @@ from .exporter import LATENCY_BUCKETS, READ_CODES, WRITE_CODES, Sums
 
 WINDOW_S = 5.0
 WAIT_WINDOW_S = 10.0
+MOUNT_ROWS = 8            # the busiest (job, mount) pairs shown
 SORTS = ("wait", "read", "write", "read_iops", "storage")
 # the exporter's read and write calls, as the op names its sums are keyed by
 READ_NAMES = {OP_NAMES[c] for c in READ_CODES}
@@ -65,9 +67,10 @@ def snapshot(s: Sums) -> dict:
             j["data_wait_s"] = j.get("data_wait_s", 0) + v
         for job, n in s.loops_now.items():
             jobs.setdefault(job, {})["loops"] = n
+        mounts = {k: dict(v) for k, v in s.mounts.items()}
         live = set(s.jobs.live)
         dropped = float(s.recorder.get("drops", 0))
-    return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "live": live,
+    return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "mounts": mounts, "live": live,
             "dropped": dropped}
 
 
@@ -94,6 +97,35 @@ def rates(old: dict, new: dict) -> tuple[dict, dict]:
     return jobs, devs
 
 
+def mount_rates(old: dict, new: dict) -> dict:
+    """Per (job, mount): reads, reads from storage and writes of regular
+    files (bytes a second), and the threads' time in writes and syncs."""
+    dt = max(new["t"] - old["t"], 1e-3)
+    out = {}
+    for key, b in new["mounts"].items():
+        a = old["mounts"].get(key, {})
+        r = {k: max(b.get(k, 0) - a.get(k, 0), 0) / dt
+             for k in ("read_bytes", "storage_read_bytes", "write_bytes", "write_s", "sync_s")}
+        if any(r.values()):
+            out[key] = r
+    return out
+
+
+def mount_table_view(mounts: dict) -> Table:
+    m = Table(expand=False, header_style="bold")
+    for name in ("JOB", "MOUNT", "READ MiB/s", "FROM STORAGE MiB/s", "WRITE MiB/s",
+                 "THREADS IN WRITE+SYNC"):
+        m.add_column(name, justify="left" if name in ("JOB", "MOUNT") else "right")
+    top = sorted(mounts.items(), key=lambda kv: -(kv[1]["read_bytes"] + kv[1]["write_bytes"]))
+    for (job, mount), r in top[:MOUNT_ROWS]:
+        m.add_row(job, mount, f"{r['read_bytes'] / MIB:.2f}",
+                  f"{r['storage_read_bytes'] / MIB:.2f}", f"{r['write_bytes'] / MIB:.2f}",
+                  f"{r['write_s'] + r['sync_s']:.2f}")
+    if len(top) > MOUNT_ROWS:
+        m.add_row(f"({len(top) - MOUNT_ROWS} more)", "", "", "", "", "")
+    return m
+
+
 def wait_shares(old: dict, new: dict) -> dict:
     """Per job: the share of the time between two snapshots its loops waited
     for data (summed over its loops: 2 ranks waiting all the time are 200%),
@@ -110,7 +142,8 @@ def wait_shares(old: dict, new: dict) -> dict:
 
 
 def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window: float,
-           waits: Optional[dict] = None, wait_window: float = 0.0):
+           waits: Optional[dict] = None, wait_window: float = 0.0,
+           mounts: Optional[dict] = None):
     waits = waits or {}
     for job, r in jobs.items():
         r["wait"] = waits.get(job)
@@ -154,7 +187,9 @@ def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window
                 "for its loader's worker processes; - where the job has no such loop (a loop "
                 "that loads its own data: iotrace attach --pid PID --duration 30, then "
                 "iotrace report).", style="dim")
-    return Group(t, d if devs else Text("no block-device requests yet", style="dim"), foot)
+    return Group(t, mount_table_view(mounts) if mounts else
+                 Text("no reads or writes of files yet", style="dim"),
+                 d if devs else Text("no block-device requests yet", style="dim"), foot)
 
 
 class Keys:
@@ -217,9 +252,11 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
             if base is snap:
                 base = history[0]
             jobs, devs = rates(base, snap) if len(history) > 1 else ({}, {})
+            mounts = mount_rates(base, snap) if len(history) > 1 else {}
             waits = wait_shares(history[0], snap) if len(history) > 1 else {}
             live.update(render(title, jobs, devs, SORTS[sort], snap["dropped"],
-                               snap["t"] - base["t"], waits, snap["t"] - history[0]["t"]),
+                               snap["t"] - base["t"], waits, snap["t"] - history[0]["t"],
+                               mounts),
                         refresh=True)
             next_draw = now + refresh_s
     return why

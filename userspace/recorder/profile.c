@@ -218,7 +218,10 @@ static void wake_add(const struct iot_prof_sums *s)
 
 void prof_add(const struct iot_prof_sums *s)
 {
-	struct iot_prof_rate_key rk = { .sec = s->sec, .pid = s->k.pid, .op = s->k.op };
+	struct iot_prof_rate_key rk = {
+		.sec = s->sec, .pid = s->k.pid, .op = s->k.op,
+		.ftype = (s->v.imode >> 12) & 0xf, .dev = s->k.dev,
+	};
 	struct iot_prof_rate_val rv = {
 		.calls = s->v.calls, .bytes = s->v.bytes, .dur_ns = s->v.dur_ns,
 		.cache_bytes = s->v.cache_bytes,

@@ -13,7 +13,8 @@ struct iot_prof_sums;
  * (struct iot_prof_sums, bpf/profile.h), moved to the spool for iotrace:
  *   profile-rates.bin  appended: (struct iot_prof_rate_key, struct
  *                      iot_prof_rate_val) pairs, one per finished second,
- *                      process and op (a second's late sums: another row);
+ *                      process, op, file type and device (a second's
+ *                      late sums: another row);
  *   profile-calls.bin  replaced whole at each snapshot: (struct iot_prof_key,
  *                      struct iot_prof_val) pairs; the calls that found the
  *                      table (or the kernel's ring buffer) full follow with
