@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -208,7 +209,10 @@ def test_loop_data_wait_against_dlio(node, tmp_path):
     2 ms (it hardly waits). The exporter's iotrace_loop_data_wait_seconds_total,
     as Prometheus holds it, over DLIO's own time of its epochs is DLIO's own
     share of waiting (its clock around next(), every step) within 5 points,
-    for each job, labelled apart."""
+    for each job, labelled apart. jobB also checkpoints after each epoch
+    (DLIO's torch.save): iotrace_mount_write_bytes_total on the checkpoints'
+    mount is the files' sizes, its write and sync seconds within the time
+    DLIO's log gives the checkpoints."""
     pytest.importorskip("dlio_benchmark")
     import test_dlio as dl
     root, port, prom, exp = node
@@ -220,16 +224,20 @@ def test_loop_data_wait_against_dlio(node, tmp_path):
                    env=dl.ENV, check=True, capture_output=True, timeout=300)
     for f in (data / "train").iterdir():
         f.read_bytes()
-    runs = {}
-    for job, prep in (("jobA", 0.02), ("jobB", 0.002)):
+    ckpt = tmp_path / "checkpoints"
+    runs, logs = {}, {}
+    for job, prep, more in (("jobA", 0.02, ()),
+                            ("jobB", 0.002, ("++workload.workflow.checkpoint=True",
+                                             f"++workload.checkpoint.checkpoint_folder={ckpt}",
+                                             "++workload.checkpoint.model_size=8388608"))):
         out = tmp_path / f"dlio-{job}"
         cmd = ["sh", "-c", f'echo $$ > {root / job}/cgroup.procs && exec "$@"', "sh",
-               *dl.dlio_args(data, out, *ov, f"++workload.reader.preprocess_time={prep}")]
+               *dl.dlio_args(data, out, *ov, f"++workload.reader.preprocess_time={prep}", *more)]
         runs[job] = (subprocess.Popen(cmd, env=dl.ENV, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE), out)
+                                      stderr=subprocess.PIPE, text=True), out)
     for job, (p, out) in runs.items():
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
+        _, logs[job] = p.communicate(timeout=300)
+        assert p.returncode == 0, logs[job][-3000:]
     time.sleep(4)                               # the last seconds' sums, scraped
     got = prom.query("max_over_time(iotrace_loop_data_wait_seconds_total[5m])", time.time())
     loops = prom.query("max_over_time(iotrace_loops[5m])", time.time())
@@ -242,6 +250,27 @@ def test_loop_data_wait_against_dlio(node, tmp_path):
         assert ours is not None, (got, dl_share)
         assert ours / total == pytest.approx(waited / total, abs=0.05), (job, ours, dl_share)
     assert got["jobA"] / dlio_share(runs["jobA"][1])[1] > 0.3, got   # the case is data-bound
+    # jobB's checkpoints (DLIO's torch.save after each epoch): the bytes written
+    # on their mount are the files' sizes (DLIO's own small outputs there too:
+    # within 5%), and the threads' time writing and syncing them is within
+    # the checkpoints' own time by DLIO's log (its "Starting/Ending checkpoint")
+    st = os.stat(ckpt)
+    mount = mount_table()[(os.major(st.st_dev), os.minor(st.st_dev))][0]
+    files = sum(f.stat().st_size for f in ckpt.iterdir())
+    wrote = prom.query(f'max_over_time(iotrace_mount_write_bytes_total{{mount="{mount}"}}[5m])',
+                       time.time())
+    secs = prom.query(f'sum by (cgroup) (max_over_time(iotrace_mount_io_seconds_total'
+                      f'{{mount="{mount}",op=~"write|sync"}}[5m]))', time.time())
+    stamps = [datetime.fromisoformat(m.group(2)) for m in re.finditer(
+        r"\[INFO\] (\S+ )?(\d{4}-\d\d-\d\dT[\d:.]+) (Starting|Ending) checkpoint",
+        logs["jobB"])]
+    took = sum((b - a).total_seconds() for a, b in zip(stamps[::2], stamps[1::2]))
+    print(f"jobB checkpoints: {files / 2**20:.1f} MiB in {len(stamps) // 2} files sets, "
+          f"{took:.3f} s by DLIO's log; iotrace {wrote.get('jobB', 0) / 2**20:.1f} MiB written, "
+          f"{secs.get('jobB', 0):.3f} s writing and syncing")
+    assert len(stamps) == 6 and files > 3 * 8 << 20, (stamps, files)
+    assert wrote.get("jobB") == pytest.approx(files, rel=0.05), (wrote, files)
+    assert 0 < secs.get("jobB", 0) <= took, (secs, took)
 
 
 def test_exporter_runs_with_capabilities_not_as_root(tmp_path):
