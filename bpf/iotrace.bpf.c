@@ -43,6 +43,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader before load (rodata: the verifier prunes on them). */
 const volatile __u8 sys_op[IOT_MAX_SYSCALLS] = {};
 const volatile __u64 wakeup_bytes = 1 << 20;
+const volatile bool live_http = false;   /* profile mode: HTTP message starts too */
 
 #include "shared_maps.h"
 #include "direct_reads.h"
@@ -1187,6 +1188,10 @@ static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long
 		mark_job_file(st, pid_tgid >> 32, IOT_JOB_WROTE);
 	p1 = path_args(op, &p2);
 	if (profile_mode) {
+		/* live use (recorder --live-http): a profile that still sends the
+		 * HTTP message starts and connects of inet sockets, one record each */
+		if (live_http && inet_capture_call(st, op))
+			emit_inet(st, op, now, pid_tgid, ret);
 		on_exit_profile(task, st, op, now, pid_tgid, ret, p1, p2);
 		st->op = 0;
 		return 0;

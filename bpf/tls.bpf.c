@@ -26,6 +26,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "http_capture.h"
 
 /* The attach cookie: op | TLS_COOKIE_EX | library << TLS_COOKIE_LIB_SHIFT */
+/* Live use (a profile, recorder --live-http): only the calls that carry an
+ * HTTP message's start are recorded (the profile sums no TLS bytes). */
+const volatile bool http_only = false;
+
 #define TLS_COOKIE_EX (1ULL << 16)
 #define TLS_COOKIE_LIB_SHIFT 24
 
@@ -134,6 +138,8 @@ int iot_tls_return(struct pt_regs *ctx)
 			b->ev.eflags = IOT_EF_NET_DATA;
 	}
 	bpf_map_delete_elem(&tls_inflight, &pid_tgid);
+	if (http_only && !n)
+		return 0;
 	b->ev.str_len = n;
 	if (ring_output(b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)), 0))
 		count(IOT_CNT_DROPS);

@@ -328,3 +328,58 @@ def test_exporter_runs_with_capabilities_not_as_root(tmp_path):
         time.sleep(0.5)
         remove_cgroup(root)
     assert exp.returncode == 0, exp.stderr.read().decode()[-2000:]
+
+
+def test_object_storage_requests_against_the_proxy(node, tmp_path):
+    """boto3 PUTs, GETs, ranged GETs and a LIST against a local S3 server
+    (moto) through a proxy that answers 503 SlowDown to every 4th request:
+    jobA over plain HTTP, jobB over TLS (OpenSSL, a local CA), at once. Per
+    job, Prometheus's iotrace_http_requests_total is the proxy's count of
+    requests, its 5xx and iotrace_http_throttled_total the proxy's throttled
+    answers, and iotrace_http_retries_total botocore's own count of retries;
+    the endpoint label is the client's Host."""
+    objstore = pytest.importorskip("objstore")
+    pytest.importorskip("moto")
+    pytest.importorskip("boto3")
+    root, port, prom, exp = node
+    d = tmp_path / "s3"
+    d.mkdir()
+    ca, cert, key = objstore.make_ca(d / "ca")
+    with objstore.moto_server(d / "moto.log") as s3port:
+        objstore.create_bucket(s3port, "data")
+        with objstore.proxy(s3port, d, throttle_every=4) as plain, \
+                objstore.proxy(s3port, d, throttle_every=4, tls=(cert, key)) as tls:
+            clients = {}
+            for job, url in (("jobA", f"http://127.0.0.1:{plain.port}"),
+                             ("jobB", f"https://localhost:{tls.port}")):
+                out = tmp_path / f"{job}.json"
+                cmd = ["sh", "-c", f'echo $$ > {root / job}/cgroup.procs && exec "$@"', "sh",
+                       sys.executable, str(REPO / "tests" / "workloads" / "s3_client.py"),
+                       "--endpoint", url, "--bucket", "data", "--out", str(out),
+                       "--objects", "20", "--size", "10000", "--ranges", "5",
+                       "--ca", str(ca)]
+                clients[job] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.PIPE, text=True), out)
+            for job, (p, _) in clients.items():
+                _, err = p.communicate(timeout=120)
+                assert p.returncode == 0, err[-2000:]
+            seen = {"jobA": plain.stop(), "jobB": tls.stop()}
+    time.sleep(4)
+    t = time.time()
+    reqs = prom.query("sum by (cgroup) (max_over_time(iotrace_http_requests_total[2m]))", t)
+    refused = prom.query('sum by (cgroup) (max_over_time(iotrace_http_requests_total'
+                         '{status="5xx"}[2m]))', t)
+    thr = prom.query("sum by (cgroup) (max_over_time(iotrace_http_throttled_total[2m]))", t)
+    rty = prom.query("sum by (cgroup) (max_over_time(iotrace_http_retries_total[2m]))", t)
+    hosts = json.loads(get(f"http://127.0.0.1:{prom.port}/api/v1/label/endpoint/values"))
+    for job, (_, out) in clients.items():
+        did = json.loads(out.read_text())
+        print(f"{job}: proxy {seen[job]['requests']} requests, {seen[job]['throttled']} "
+              f"throttled, botocore {did['retries']} retries | iotrace {reqs.get(job)} "
+              f"requests, {thr.get(job)} throttled, {rty.get(job)} retries")
+        assert seen[job]["throttled"] > 0
+        assert reqs.get(job) == seen[job]["requests"], (job, reqs, seen[job])
+        assert refused.get(job) == thr.get(job) == seen[job]["throttled"], (job, thr, seen[job])
+        assert rty.get(job) == did["retries"], (job, rty, did["retries"])
+    assert f"127.0.0.1:{plain.port}" in hosts["data"] and f"localhost:{tls.port}" in \
+        hosts["data"], hosts

@@ -53,7 +53,11 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
                   help="Do not measure the training loops' data waits (no scheduler hooks: "
                        "a little less cost on every context switch of the node; "
                        "bench/exporter_cost.py measures it).")
-    def exporter(listen, cgroup_root, match, forget_after, spool_dir, no_loop_waits):
+    @click.option("--no-http", is_flag=True,
+                  help="Do not count the jobs' HTTP requests (object storage): no capture of "
+                       "message starts on sockets and no probes on OpenSSL/GnuTLS, whose "
+                       "probes every process that uses those libraries pays.")
+    def exporter(listen, cgroup_root, match, forget_after, spool_dir, no_loop_waits, no_http):
         """Serve Prometheus metrics of the I/O of every job on this node.
 
         \b
@@ -68,6 +72,12 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
             blocked until its loader's worker processes handed it data:
             rate() is the data-wait share, 1 - AU; iotrace_loops says
             whether a loop fed by worker processes was found)
+          iotrace_mount_{read,write,storage_read}_bytes_total{mount},
+          iotrace_mount_io_seconds_total{mount,op}   (files, per mount:
+            checkpoints' bytes and write and sync time)
+          iotrace_http_requests_total{endpoint,method,status},
+          iotrace_http_throttled_total{endpoint}, iotrace_http_retries_total
+            (object storage, over HTTP or through OpenSSL/GnuTLS)
         and per device iotrace_device_request_seconds (a histogram), with
         iotrace_records_dropped_total and iotrace_jobs. A job whose cgroup
         is removed leaves /metrics 15 s later (--forget-after). No file
@@ -115,7 +125,8 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
 
         try:
             serve(listen, cgroup_root, match, spool, stop, ready=ready,
-                  forget_after_s=forget_after, loop_waits=not no_loop_waits)
+                  forget_after_s=forget_after, loop_waits=not no_loop_waits,
+                  http=not no_http)
         except OSError as e:
             fail(f"cannot serve on {listen}: {e.strerror or e}", 3)
         finally:

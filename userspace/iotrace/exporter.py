@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from .abi import COPY_OPS, OP_NAMES, READ_OPS, RECV_OPS, SEND_OPS, SYNC_OPS, WRITE_OPS
+from .live_http import Requests
 from .live_jobs import Jobs
 from .live_loops import LoopWaits
 from .storage_io import _kernel_dev, device_names
@@ -60,6 +61,9 @@ class Sums:
         # (job, rank) -> seconds the loop waited for its loader's workers
         self.data_wait: dict[tuple[str, str], float] = defaultdict(float)
         self.loops_now: dict[str, int] = {}          # job -> loops found in the window
+        self.http = Requests()
+        # (job, endpoint, method, status class) -> [requests, throttled, retries]
+        self.requests: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
         self.unattributed_calls = 0.0
         self.recorder: dict = {}
 
@@ -148,10 +152,19 @@ class Sums:
             self.loops.joined(pid)
             self.jobs.job_of(pid)       # placed while /proc has it (its sums come 1-2 s later)
 
-    def add_records(self, recs: np.ndarray) -> None:
-        """Process life (whose job a new process is) and block-device requests."""
+    def add_records(self, recs: np.ndarray, payloads: Optional[dict] = None) -> None:
+        """Process life (whose job a new process is), block-device requests,
+        and HTTP message starts (object-storage requests, live_http.py)."""
         if not len(recs):
             return
+        if payloads:
+            answered = self.http.add(recs, payloads, self.jobs.job_of)
+            with self.lock:
+                for key, (n, thr, retries) in answered.items():
+                    row = self.requests[key]
+                    row[0] += n
+                    row[1] += thr
+                    row[2] += retries
         ops = recs["op"]
         for r in recs[ops == FORK]:
             self.jobs.forked(int(r["pid"]), int(r["ret"]))
@@ -188,6 +201,8 @@ class Sums:
                     del self.data_wait[k]
                 for k in [k for k in self.mounts if k[0] == j]:
                     del self.mounts[k]
+                for k in [k for k in self.requests if k[0] == j]:
+                    del self.requests[k]
                 self.loops_now.pop(j, None)
 
 
@@ -264,6 +279,28 @@ class Collector:
                     msecs.add_metric([job, mount, kind], m.get(f"{kind}_s", 0.0))
             yield from mfams.values()
             yield msecs
+            req = CounterMetricFamily("iotrace_http_requests", "The job's HTTP requests "
+                                      "(object storage: S3 and others) answered, by endpoint "
+                                      "(Host header), method and status class.",
+                                      labels=["cgroup", "endpoint", "method", "status"])
+            thr = CounterMetricFamily("iotrace_http_throttled", "Of those, the answers that "
+                                      "refused the request for its rate (429, 503, an S3 "
+                                      "SlowDown code).", labels=["cgroup", "endpoint"])
+            rty = CounterMetricFamily("iotrace_http_retries", "Of those, the requests that "
+                                      "were a retry (the SDK's attempt > 1, or the same "
+                                      "request again after a 429/5xx).",
+                                      labels=["cgroup", "endpoint"])
+            per_endpoint: dict[tuple, list] = defaultdict(lambda: [0, 0])
+            for (job, endpoint, method, status), (n, t, r) in sorted(s.requests.items()):
+                req.add_metric([job, endpoint, method, status], n)
+                per_endpoint[(job, endpoint)][0] += t
+                per_endpoint[(job, endpoint)][1] += r
+            for (job, endpoint), (t, r) in sorted(per_endpoint.items()):
+                thr.add_metric([job, endpoint], t)
+                rty.add_metric([job, endpoint], r)
+            yield req
+            yield thr
+            yield rty
             wait = CounterMetricFamily(
                 "iotrace_loop_data_wait_seconds",
                 "Time the job's training loop was blocked until its loader's worker "
@@ -289,6 +326,10 @@ class Collector:
                                     "the recorder could not sum (the data waits miss them).")
             c.add_metric([], float(s.recorder.get("wakes_lost", 0)))
             yield c
+            c = CounterMetricFamily("iotrace_http_unanswered", "HTTP requests whose answer "
+                                    "was never seen (not counted in iotrace_http_requests).")
+            c.add_metric([], float(s.http.dropped))
+            yield c
             u = CounterMetricFamily("iotrace_unattributed_calls",
                                     "Calls of processes in the tree but in no job's cgroup.")
             u.add_metric([], s.unattributed_calls)
@@ -297,7 +338,8 @@ class Collector:
 
 def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
           stop: threading.Event, ready: Optional[callable] = None,
-          poll_s: float = 0.5, forget_after_s: float = 15.0, loop_waits: bool = True) -> None:
+          poll_s: float = 0.5, forget_after_s: float = 15.0, loop_waits: bool = True,
+          http: bool = True) -> None:
     """Runs until stop is set: the recorder, the sums and the HTTP server.
     Raises IotraceError if the recorder ends first."""
     from prometheus_client import start_http_server
@@ -312,7 +354,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     registry.register(Collector(sums))
     # the port first: a port in use is an error before any probe is loaded
     server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
-    rec = LiveRecorder(spool, cgroup_root=str(jobs.root), loop_waits=loop_waits)
+    rec = LiveRecorder(spool, cgroup_root=str(jobs.root), loop_waits=loop_waits, http=http)
     try:
         rec.start()
     except BaseException:
@@ -325,7 +367,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
         while not stop.is_set() and rec.alive():
             rec.read_status(poll_s)
             sums.add_joined(rec.take_joined())
-            sums.add_records(rec.take_records())
+            sums.add_records(*rec.take_records())
             sums.add_wakes(rec.take_wakes())
             sums.add_rates(rec.take_rates())
             sums.recorder = dict(rec.stats)
@@ -335,7 +377,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
                 last_scan = time.monotonic()
     finally:
         rec.stop()
-        sums.add_records(rec.take_records())
+        sums.add_records(*rec.take_records())
         sums.add_wakes(rec.take_wakes())
         sums.add_rates(rec.take_rates())
         server.shutdown()

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from .abi import EVENT_DTYPE
+from .abi import EF_NET_DATA, EVENT_DTYPE
 from .convert import read_segment
 from .errors import EXIT_ENV, IotraceError
 from .profile import RATE_DTYPE, WAKE_DTYPE, read_rows
@@ -41,11 +41,14 @@ class LiveRecorder:
     (or the process trees of some pids)."""
 
     def __init__(self, spool: Path, cgroup_root: Optional[str] = None,
-                 pids: tuple = (), ringbuf_mb: int = 16, loop_waits: bool = True):
+                 pids: tuple = (), ringbuf_mb: int = 16, loop_waits: bool = True,
+                 http: bool = True):
         self.spool = spool
         self.args = ["--profile", "--rates-files", "--ringbuf-mb", str(ringbuf_mb)]
         if loop_waits:
             self.args.append("--loop-waits")
+        if http:
+            self.args.append("--live-http")
         if cgroup_root:
             self.args += ["--follow-cgroup", cgroup_root]
         for pid in pids:
@@ -130,15 +133,22 @@ class LiveRecorder:
             path.unlink()
         return np.concatenate(parts) if parts else np.zeros(0, WAKE_DTYPE)
 
-    def take_records(self) -> np.ndarray:
+    def take_records(self) -> tuple[np.ndarray, dict[int, bytes]]:
         """The records of the segments closed since the last call, in order,
-        deleted with their payloads (not needed live: paths, argv)."""
-        parts = []
+        and the payloads of those that carry an HTTP message start (by index
+        in the records); deleted (the other payloads, paths and argv, are
+        not needed live)."""
+        parts, payloads, n = [], {}, 0
         for path in self._closed(SEGMENT_RE):
-            parts.append(read_segment(path)[0])
+            recs, pay = read_segment(path)
+            for i in np.flatnonzero(recs["eflags"] & EF_NET_DATA):
+                if int(i) in pay:
+                    payloads[n + int(i)] = pay[int(i)]
+            parts.append(recs)
+            n += len(recs)
             path.unlink()
             path.with_suffix(".str").unlink(missing_ok=True)
-        return np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)
+        return (np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)), payloads
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is None:

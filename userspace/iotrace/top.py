@@ -226,7 +226,7 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
         while not stop.is_set():
             rec.read_status(0.2)
             sums.add_joined(rec.take_joined())
-            sums.add_records(rec.take_records())
+            sums.add_records(*rec.take_records())
             sums.add_wakes(rec.take_wakes())
             sums.add_rates(rec.take_rates())
             sums.recorder = dict(rec.stats)

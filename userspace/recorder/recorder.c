@@ -69,6 +69,8 @@ struct options {
 	int profile_max_keys;	/* size of the aggregate table (tests force it full) */
 	bool rates_files;	/* live use: each second's sums a file of its own, no
 				 * whole-run table (iotrace exporter reads and deletes them) */
+	bool live_http;		/* live use: a profile that still records HTTP message
+				 * starts (sockets, TLS plaintext) for the exporter */
 	bool loop_waits;	/* live use: the wake-ups between the job's threads,
 				 * summed per second (bpf/iotrace.bpf.c prof_wake) */
 	const char *verbs_lib;
@@ -761,6 +763,8 @@ static void usage(FILE *f)
 		"  --loop-waits       with --rates-files: also the time each thread was\n"
 		"                     blocked until another of the job's threads woke it,\n"
 		"                     per second (wakes-N.bin; costs the scheduler hooks)\n"
+		"  --live-http        with --rates-files: also record the HTTP message starts\n"
+		"                     on inet sockets and in TLS calls (object storage)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
@@ -794,6 +798,7 @@ static int parse_args(int argc, char **argv)
 		{ "profile-max-keys", required_argument, 0, 'K' },
 		{ "rates-files", no_argument, 0, 'R' },
 		{ "loop-waits", no_argument, 0, 'W' },
+		{ "live-http", no_argument, 0, 'H' },
 		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "tls-lib", required_argument, 0, 'T' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -829,6 +834,7 @@ static int parse_args(int argc, char **argv)
 		case 'K': opt.profile_max_keys = atoi(optarg); break;
 		case 'R': opt.rates_files = true; break;
 		case 'W': opt.loop_waits = true; break;
+		case 'H': opt.live_http = true; break;
 		case 'L': opt.verbs_lib = optarg; break;
 		case 'T':
 			if (opt.ntls_libs == 8) {
@@ -852,8 +858,9 @@ static int parse_args(int argc, char **argv)
 		usage(stderr);
 		return -1;
 	}
-	if ((opt.rates_files && !opt.profile) || (opt.loop_waits && !opt.rates_files)) {
-		say("--rates-files needs --profile, --loop-waits needs --rates-files");
+	if ((opt.rates_files && !opt.profile) ||
+	    ((opt.loop_waits || opt.live_http) && !opt.rates_files)) {
+		say("--rates-files needs --profile, --loop-waits and --live-http need --rates-files");
 		return -1;
 	}
 	if (opt.ringbuf_mb < 1 || (opt.ringbuf_mb & (opt.ringbuf_mb - 1))) {
@@ -886,7 +893,8 @@ static void prepare_profile(struct iotrace_bpf *skel, struct probe *probes, int 
 				 "profile mode (off-CPU intervals need a full trace)");
 		bpf_program__set_autoload(probes[i].bpf, false);
 	}
-	if (!opt.ntls_libs)
+	skel->rodata->live_http = opt.live_http;
+	if (!opt.ntls_libs && !opt.live_http)
 		opt.tls_libs[opt.ntls_libs++] = "none:profile mode (HTTP requests need a full trace)";
 }
 
@@ -1155,7 +1163,7 @@ open_core:
 			goto out;
 		}
 	}
-	attach_optional_objects(&extra, skel->obj, opt.verbs_lib, opt.tls_libs);
+	attach_optional_objects(&extra, skel->obj, opt.verbs_lib, opt.tls_libs, opt.live_http);
 	all_probes_json(attached, sizeof(attached), true);
 	all_probes_json(skipped, sizeof(skipped), false);
 	/* how system calls are hooked, for doctor and meta.json */

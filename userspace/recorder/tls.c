@@ -117,7 +117,7 @@ static bool add_lib(const char *path, const char *shown, int kind)
 	return attached > 0;
 }
 
-void tls_start(struct bpf_object *core, const char *const *given, bool multi)
+void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only)
 {
 	/* "none" (--no-tls), or "none:why" when the recorder turns them off */
 	if (given && given[0] && strncmp(given[0], "none", 4) == 0) {
@@ -126,6 +126,8 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi)
 		return;
 	}
 	obj = tls_bpf__open();
+	if (obj)
+		obj->rodata->http_only = http_only;
 	if (multi && obj) {
 		bpf_program__set_expected_attach_type(obj->progs.iot_tls_enter,
 						      IOT_ATTACH_UPROBE_MULTI);
@@ -134,6 +136,8 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi)
 		if (share_core_maps(obj->obj, core) || tls_bpf__load(obj)) {
 			tls_bpf__destroy(obj);
 			obj = tls_bpf__open();
+			if (obj)
+				obj->rodata->http_only = http_only;
 			multi = false;
 		}
 	}

@@ -17,7 +17,8 @@
 /* Loads the object (sharing the core's maps) and probes the system's
  * libraries and the given ones. given: NULL-terminated paths, or
  * {"none", NULL} for no TLS probes. */
-void tls_start(struct bpf_object *core, const char *const *given, bool multi);
+/* http_only: record only the calls that carry an HTTP message start (live use). */
+void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only);
 
 /* A traced process mapped a file executable (an mmap record): its maps are
  * read at the next tls_scan. */
