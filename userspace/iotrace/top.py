@@ -2,7 +2,9 @@
 refreshed every second: per job its training loop's data-wait share, its
 read and write rates, IOPS, what the page cache had to read from storage,
 its threads' time in reads and writes; per job and mount its reads and
-writes of files; per block device its rates and latency. Keys: s sorts,
+writes of files; per job and object-storage endpoint its requests,
+throttled answers and retries a second; per block device its rates and
+latency. Keys: s sorts,
 q quits.
 
 Rates are the counters' growth over the last WINDOW_S seconds, as
@@ -68,10 +70,16 @@ def snapshot(s: Sums) -> dict:
         for job, n in s.loops_now.items():
             jobs.setdefault(job, {})["loops"] = n
         mounts = {k: dict(v) for k, v in s.mounts.items()}
+        endpoints: dict[tuple[str, str], list] = {}
+        for (job, endpoint, _, _), (n, thr, rty) in s.requests.items():
+            e = endpoints.setdefault((job, endpoint), [0, 0, 0])
+            e[0] += n
+            e[1] += thr
+            e[2] += rty
         live = set(s.jobs.live)
         dropped = float(s.recorder.get("drops", 0))
-    return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "mounts": mounts, "live": live,
-            "dropped": dropped}
+    return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "mounts": mounts,
+            "endpoints": endpoints, "live": live, "dropped": dropped}
 
 
 def rates(old: dict, new: dict) -> tuple[dict, dict]:
@@ -111,6 +119,30 @@ def mount_rates(old: dict, new: dict) -> dict:
     return out
 
 
+def endpoint_rates(old: dict, new: dict) -> dict:
+    """Per (job, endpoint): requests, throttled answers and retries a second."""
+    dt = max(new["t"] - old["t"], 1e-3)
+    out = {}
+    for key, b in new["endpoints"].items():
+        a = old["endpoints"].get(key, [0, 0, 0])
+        r = [max(x - y, 0) / dt for x, y in zip(b, a)]
+        if r[0]:
+            out[key] = r
+    return out
+
+
+def endpoint_table_view(endpoints: dict) -> Table:
+    e = Table(expand=False, header_style="bold")
+    for name in ("JOB", "ENDPOINT", "REQUESTS/s", "THROTTLED/s", "RETRIES/s"):
+        e.add_column(name, justify="left" if name in ("JOB", "ENDPOINT") else "right")
+    top = sorted(endpoints.items(), key=lambda kv: -kv[1][0])
+    for (job, endpoint), (n, thr, rty) in top[:MOUNT_ROWS]:
+        e.add_row(job, endpoint, f"{n:.1f}", f"{thr:.1f}", f"{rty:.1f}")
+    if len(top) > MOUNT_ROWS:
+        e.add_row(f"({len(top) - MOUNT_ROWS} more)", "", "", "", "")
+    return e
+
+
 def mount_table_view(mounts: dict) -> Table:
     m = Table(expand=False, header_style="bold")
     for name in ("JOB", "MOUNT", "READ MiB/s", "FROM STORAGE MiB/s", "WRITE MiB/s",
@@ -143,7 +175,7 @@ def wait_shares(old: dict, new: dict) -> dict:
 
 def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window: float,
            waits: Optional[dict] = None, wait_window: float = 0.0,
-           mounts: Optional[dict] = None):
+           mounts: Optional[dict] = None, endpoints: Optional[dict] = None):
     waits = waits or {}
     for job, r in jobs.items():
         r["wait"] = waits.get(job)
@@ -187,8 +219,11 @@ def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window
                 "for its loader's worker processes; - where the job has no such loop (a loop "
                 "that loads its own data: iotrace attach --pid PID --duration 30, then "
                 "iotrace report).", style="dim")
-    return Group(t, mount_table_view(mounts) if mounts else
-                 Text("no reads or writes of files yet", style="dim"),
+    parts = [t, mount_table_view(mounts) if mounts else
+             Text("no reads or writes of files yet", style="dim")]
+    if endpoints:
+        parts.append(endpoint_table_view(endpoints))
+    return Group(*parts,
                  d if devs else Text("no block-device requests yet", style="dim"), foot)
 
 
@@ -253,10 +288,11 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
                 base = history[0]
             jobs, devs = rates(base, snap) if len(history) > 1 else ({}, {})
             mounts = mount_rates(base, snap) if len(history) > 1 else {}
+            endpoints = endpoint_rates(base, snap) if len(history) > 1 else {}
             waits = wait_shares(history[0], snap) if len(history) > 1 else {}
             live.update(render(title, jobs, devs, SORTS[sort], snap["dropped"],
                                snap["t"] - base["t"], waits, snap["t"] - history[0]["t"],
-                               mounts),
+                               mounts, endpoints),
                         refresh=True)
             next_draw = now + refresh_s
     return why
