@@ -45,6 +45,7 @@ struct wake_row {
 /* Slots: a power of two, at least twice the rows allowed (short probes). */
 static struct call_row *calls;
 static size_t calls_mask, calls_n, calls_max;
+static bool calls_whole_run;   /* false (live use): no whole-run table is kept */
 static struct rate_row *rates;
 static size_t rates_mask, rates_n;
 static struct wake_row *wakes;
@@ -74,10 +75,11 @@ static size_t slots_for(size_t rows)
 	return n;
 }
 
-int prof_tables_init(long max_keys)
+int prof_tables_init(long max_keys, bool whole_run)
 {
 	size_t nc, nr = slots_for(IOT_PROF_RATES_MAX_KEYS);
 
+	calls_whole_run = whole_run;
 	calls_max = max_keys > 0 ? (size_t)max_keys : IOT_PROF_CALLS_MAX_KEYS;
 	nc = slots_for(calls_max);
 	calls = calloc(nc, sizeof(*calls));
@@ -233,7 +235,8 @@ void prof_add(const struct iot_prof_sums *s)
 		wake_add(s);
 		return;
 	}
-	add_call(&s->k, &s->v);
+	if (calls_whole_run)
+		add_call(&s->k, &s->v);
 	if (!rate_insert(rates, rates_mask, &rates_n, &rk, &rv))
 		prof_counts.rate_lost += s->v.calls;
 	prof_totals.calls += s->v.calls;

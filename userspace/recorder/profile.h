@@ -44,9 +44,10 @@ struct prof_counts {
 extern struct prof_totals prof_totals;
 extern struct prof_counts prof_counts;
 
-/* max_keys: rows of the calls table (0: IOT_PROF_CALLS_MAX_KEYS). -1 when
+/* max_keys: rows of the calls table (0: IOT_PROF_CALLS_MAX_KEYS); whole_run
+ * false (live use, --rates-files): the calls table is not filled. -1 when
  * out of memory. */
-int prof_tables_init(long max_keys);
+int prof_tables_init(long max_keys, bool whole_run);
 void prof_tables_free(void);
 
 /* One record of the kernel's: into both tables and the totals. */

@@ -1198,7 +1198,7 @@ open_core:
 	}
 	if (opt.profile) {
 		char path[4096];
-		if (prof_tables_init(opt.profile_max_keys)) {
+		if (prof_tables_init(opt.profile_max_keys, !opt.rates_files)) {
 			say("cannot allocate the profile's tables: %s", strerror(errno));
 			goto out;
 		}
