@@ -137,13 +137,13 @@ class LoopWaits:
             self.loops = loops
             return
         direct: dict[int, dict[int, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-        seconds: dict[tuple[int, int], int] = defaultdict(int)
+        seconds: dict[tuple[int, int], set] = defaultdict(set)
         for sec, pid, tid, n, d in zip(child["sec"].tolist(), child["pid"].tolist(),
                                        child["tid"].tolist(), child["wakes"].tolist(),
                                        child["dur_ns"].tolist()):
             direct[pid][tid][0] += n
             direct[pid][tid][1] += d
-            seconds[(pid, tid)] += 1       # rows are per second: one a second at most
+            seconds[(pid, tid)].add(sec)
         thread = w[k == self.THREAD]
         woke_main: dict[tuple[int, int], int] = defaultdict(int)
         for pid, tid, wtid, n in zip(thread["pid"].tolist(), thread["tid"].tolist(),
@@ -156,7 +156,7 @@ class LoopWaits:
                 tid, relay = pid, top       # the main thread, fed by a relay
             else:
                 tid, relay = top, 0
-            if by_tid[top][0] >= MIN_WAKES and seconds[(pid, top)] >= MIN_SECONDS:
+            if by_tid[top][0] >= MIN_WAKES and len(seconds[(pid, top)]) >= MIN_SECONDS:
                 loops[pid] = (tid, relay)
         for pid in loops:
             if pid not in self.ranks:
