@@ -204,9 +204,10 @@ def dlio_share(out: Path) -> tuple[float, float]:
 
 def test_loop_data_wait_against_dlio(node, tmp_path):
     """Two DLIO runs at once in two cgroups (PyTorch loader, 2 worker
-    processes, data cached, 20 ms of compute a step): jobA's readers take
-    20 ms a sample (4 a batch: the loop waits about half the time), jobB's
-    2 ms (it hardly waits). The exporter's iotrace_loop_data_wait_seconds_total,
+    processes, data cached, 3 epochs of 48 steps): jobA's readers take 20 ms
+    a sample (4 a batch) for 20 ms of compute a step (the loop waits about
+    half the time), jobB's 2 ms for 50 ms (it waits mostly at the epochs'
+    starts). The exporter's iotrace_loop_data_wait_seconds_total,
     as Prometheus holds it, over DLIO's own time of its epochs is DLIO's own
     share of waiting (its clock around next(), every step) within 5 points,
     for each job, labelled apart. jobB also checkpoints after each epoch
@@ -218,7 +219,7 @@ def test_loop_data_wait_against_dlio(node, tmp_path):
     root, port, prom, exp = node
     data, gen = tmp_path / "data", tmp_path / "gen"
     ov = ("++workload.dataset.num_files_train=192", "++workload.dataset.record_length=262144",
-          "++workload.train.computation_time=0.02", "++workload.train.epochs=3")
+          "++workload.train.epochs=3")
     subprocess.run(dl.dlio_args(data, gen, *ov, "++workload.workflow.generate_data=True",
                                 "++workload.workflow.train=False"),
                    env=dl.ENV, check=True, capture_output=True, timeout=300)
@@ -226,8 +227,9 @@ def test_loop_data_wait_against_dlio(node, tmp_path):
         f.read_bytes()
     ckpt = tmp_path / "checkpoints"
     runs, logs = {}, {}
-    for job, prep, more in (("jobA", 0.02, ()),
-                            ("jobB", 0.002, ("++workload.workflow.checkpoint=True",
+    for job, prep, more in (("jobA", 0.02, ("++workload.train.computation_time=0.02",)),
+                            ("jobB", 0.002, ("++workload.train.computation_time=0.05",
+                                             "++workload.workflow.checkpoint=True",
                                              f"++workload.checkpoint.checkpoint_folder={ckpt}",
                                              "++workload.checkpoint.model_size=8388608"))):
         out = tmp_path / f"dlio-{job}"
