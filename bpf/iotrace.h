@@ -349,6 +349,21 @@ struct iot_prof_wake_val {
 	__u64 dur_ns;
 };
 
+/* Live use with file sums (recorder --file-sums): per process and regular
+ * file, what its reads and writes moved since the last drain. */
+struct iot_prof_file_key {
+	__u32 pid;
+	__u32 dev;
+	__u64 ino;
+};
+
+struct iot_prof_file_val {
+	__u64 read_bytes;
+	__u64 write_bytes;
+	__u64 cache_bytes;   /* of the reads, what came from storage */
+	__u64 dur_ns;        /* the threads' time in those calls */
+};
+
 /* Per second of CLOCK_MONOTONIC (ts / 1e9), process, op, and the calls'
  * file type and device (per mount, live: iotrace exporter). */
 struct iot_prof_rate_key {

@@ -176,6 +176,9 @@ def test_two_jobs_rates_against_fio_then_one_ends(node, tmp_path):
             if panel["id"] == 1 and t["refId"] == "A":
                 for job in fios:
                     assert got.get(job) == pytest.approx(rate[job], rel=0.01), (expr, got)
+    # no file names unless asked (--top-files)
+    text = get(f"http://127.0.0.1:{port}/metrics").decode()
+    assert str(data) not in text and "iotrace_top_file" not in text
     # jobB's cgroup goes: 3 s later (--forget-after) its series are gone,
     # jobA's stay
     remove_cgroup(root / "jobB")
@@ -385,3 +388,46 @@ def test_object_storage_requests_against_the_proxy(node, tmp_path):
         assert rty.get(job) == did["retries"], (job, rty, did["retries"])
     assert f"127.0.0.1:{plain.port}" in hosts["data"] and f"localhost:{tls.port}" in \
         hosts["data"], hosts
+
+
+def test_top_files_only_when_asked(tmp_path):
+    """--top-files 2: fio reading two files at 20 and 5 MiB/s in one job;
+    iotrace_top_file_read_bytes names both by their paths, with about 10 s
+    of each one's rate (within 15%: the window is the last drains'), the
+    faster first. (Without the option no file name is in /metrics:
+    test_two_jobs_rates_against_fio_then_one_ends.)"""
+    root = new_cgroup(f"iotrace-exporter-files-{os.getpid()}")
+    if root is None:
+        pytest.skip("no writable cgroup hierarchy")
+    (root / "job").mkdir()
+    files = {"a": (tmp_path / "fast.bin", "20m", 20), "b": (tmp_path / "slow.bin", "5m", 5)}
+    for path, _, _ in files.values():
+        path.write_bytes(os.urandom(1 << 20) * 16)
+        path.read_bytes()
+    port = free_port()
+    exp = subprocess.Popen([sys.executable, "-m", "iotrace", "exporter", "--listen",
+                            f"127.0.0.1:{port}", "--cgroup-root", str(root), "--top-files", "2"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp)
+        fio = ["fio"]
+        for name, (path, rate, _) in files.items():
+            fio += [f"--name={name}", f"--filename={path}", "--rw=read", "--bs=64k",
+                    "--ioengine=psync", "--invalidate=0", f"--rate={rate}", "--time_based",
+                    "--runtime=14"]
+        p = subprocess.Popen(["sh", "-c", f'echo $$ > {root / "job"}/cgroup.procs && exec "$@"',
+                              "sh", *fio], stdout=subprocess.DEVNULL)
+        time.sleep(13)
+        text = get(f"http://127.0.0.1:{port}/metrics").decode()
+        assert p.wait(timeout=30) == 0
+    finally:
+        exp.send_signal(2)
+        exp.wait(timeout=30)
+        time.sleep(0.5)
+        remove_cgroup(root)
+    got = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^iotrace_top_file_read_bytes\{cgroup="job",file="([^"]+)"\} (\S+)', text, re.M)}
+    print({k: f"{v / 2**20:.1f} MiB" for k, v in got.items()})
+    assert sorted(got, key=got.get, reverse=True) == [str(files["a"][0]), str(files["b"][0])], got
+    for path, _, mib_s in files.values():
+        assert got[str(path)] == pytest.approx(mib_s * 10 * 2**20, rel=0.15), got

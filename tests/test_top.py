@@ -87,7 +87,8 @@ def start_top(session: str, pid: int) -> None:
 def test_top_against_fio_keys_and_clean_exits(fio):
     """fio reads at 40 MiB/s: top's READ MiB/s for it, read off the screen
     over 5 s once steady, is fio's own bandwidth within 5%, and so is its
-    row in the mounts' table, on the data file's mount; its DATA WAIT is
+    row in the mounts' table, on the data file's mount; the file is in the
+    top files' table; its DATA WAIT is
     "-" (fio has no loop fed by worker processes: unknown, not 0%); s moves
     the sort from the data wait to the read column; q ends it with status 0, and so does Ctrl-C in a
     second run, each leaving no recorder and no BPF program behind."""
@@ -99,13 +100,14 @@ def test_top_against_fio_keys_and_clean_exits(fio):
         start_top(session, proc.pid)
         wait_screen(session, r"\d+ fio", 30)
         time.sleep(6)                       # past the first window's partial seconds
-        seen, per_mount = [], []
+        seen, per_mount, named = [], [], 0
         for _ in range(10):
             shown = screen(session)
             m = ROW.search(shown)
             if m:
                 assert m.group(2) == "-", m.group(0)
                 seen.append(float(m.group(3)))
+            named += str(data) in shown             # the top files' table
             m = MOUNT_ROW.search(shown)
             if m:
                 assert m.group(2) == mount, (m.group(0), mount)
@@ -134,3 +136,4 @@ def test_top_against_fio_keys_and_clean_exits(fio):
           f"{per_mount}")
     assert got == pytest.approx(bw, rel=0.05), (seen, bw)
     assert len(per_mount) >= 8 and statistics.median(per_mount) == pytest.approx(bw, rel=0.05)
+    assert named >= 8, named

@@ -22,6 +22,9 @@ def _listen(value: str) -> str:
     return value
 
 
+TOP_FILES = 8   # files shown by `iotrace top` (the most read and written of the last 10 s)
+
+
 def _scratch_dir(prefix: str) -> Path:
     """A new directory in /run (memory) where this user may write there, else
     in the temporary directory (a user granted capabilities, not root)."""
@@ -57,7 +60,13 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
                   help="Do not count the jobs' HTTP requests (object storage): no capture of "
                        "message starts on sockets and no probes on OpenSSL/GnuTLS, whose "
                        "probes every process that uses those libraries pays.")
-    def exporter(listen, cgroup_root, match, forget_after, spool_dir, no_loop_waits, no_http):
+    @click.option("--top-files", type=click.IntRange(0, 100), default=0, show_default=True,
+                  metavar="N",
+                  help="Also export each job's N most read and written files of the last "
+                       "10 s, by path (iotrace_top_file_read_bytes{cgroup,file}). Off by "
+                       "default: it puts your jobs' file names in the metrics.")
+    def exporter(listen, cgroup_root, match, forget_after, spool_dir, no_loop_waits, no_http,
+                 top_files):
         """Serve Prometheus metrics of the I/O of every job on this node.
 
         \b
@@ -81,7 +90,7 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
         and per device iotrace_device_request_seconds (a histogram), with
         iotrace_records_dropped_total and iotrace_jobs. A job whose cgroup
         is removed leaves /metrics 15 s later (--forget-after). No file
-        names are exported.
+        names are exported unless --top-files asks for them.
 
         \b
         Examples:
@@ -126,7 +135,7 @@ def register(cli, context: dict, fail: Callable[..., None], check_can_trace) -> 
         try:
             serve(listen, cgroup_root, match, spool, stop, ready=ready,
                   forget_after_s=forget_after, loop_waits=not no_loop_waits,
-                  http=not no_http)
+                  http=not no_http, top_files=top_files)
         except OSError as e:
             fail(f"cannot serve on {listen}: {e.strerror or e}", 3)
         finally:
@@ -192,14 +201,14 @@ def register_top(cli, context: dict, fail: Callable[..., None], check_can_trace)
         check_can_trace()
         base = _scratch_dir("iotrace-top-")
         rec = LiveRecorder(base / "spool", cgroup_root=str(jobs.root) if cgroup_root else None,
-                           pids=pids)
+                           pids=pids, file_sums=True)
         stop = threading.Event()
         signal.signal(signal.SIGINT, lambda *a: stop.set())
         signal.signal(signal.SIGTERM, lambda *a: stop.set())
         why = "quit"
         try:
             rec.start()
-            why = run(rec, Sums(jobs), title, stop)
+            why = run(rec, Sums(jobs, top_files=TOP_FILES), title, stop)
         finally:
             rec.stop()
             shutil.rmtree(base, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from .abi import COPY_OPS, OP_NAMES, READ_OPS, RECV_OPS, SEND_OPS, SYNC_OPS, WRITE_OPS
+from .live_files import WINDOW_S as FILES_WINDOW_S, TopFiles
 from .live_http import Requests
 from .live_jobs import Jobs
 from .live_loops import LoopWaits
@@ -41,8 +42,10 @@ LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5
 class Sums:
     """The exporter's counters, keyed by job; read by the collector under a lock."""
 
-    def __init__(self, jobs: Jobs):
+    def __init__(self, jobs: Jobs, top_files: int = 0):
         self.jobs = jobs
+        self.top_files = top_files
+        self.files = TopFiles() if top_files else None
         self.lock = threading.Lock()
         self.io: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.calls: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -152,11 +155,19 @@ class Sums:
             self.loops.joined(pid)
             self.jobs.job_of(pid)       # placed while /proc has it (its sums come 1-2 s later)
 
+    def add_files(self, rows: np.ndarray) -> None:
+        """Per (process, file) sums of a drain (--top-files)."""
+        if self.files is not None:
+            with self.lock:
+                self.files.add(rows, self.jobs.job_of)
+
     def add_records(self, recs: np.ndarray, payloads: Optional[dict] = None) -> None:
         """Process life (whose job a new process is), block-device requests,
         and HTTP message starts (object-storage requests, live_http.py)."""
         if not len(recs):
             return
+        if payloads and self.files is not None:
+            self.files.add_opens(recs, payloads)
         if payloads:
             answered = self.http.add(recs, payloads, self.jobs.job_of)
             with self.lock:
@@ -204,6 +215,8 @@ class Sums:
                 for k in [k for k in self.requests if k[0] == j]:
                     del self.requests[k]
                 self.loops_now.pop(j, None)
+            if self.files is not None:
+                self.files.forget(jobs)
 
 
 class Collector:
@@ -326,6 +339,21 @@ class Collector:
                                     "the recorder could not sum (the data waits miss them).")
             c.add_metric([], float(s.recorder.get("wakes_lost", 0)))
             yield c
+            if s.files is not None:
+                fr = GaugeMetricFamily(
+                    "iotrace_top_file_read_bytes", f"Bytes the job read from each of its "
+                    f"{s.top_files} most used files in the last {FILES_WINDOW_S:.0f} s "
+                    "(--top-files).", labels=["cgroup", "file"])
+                fw = GaugeMetricFamily(
+                    "iotrace_top_file_write_bytes", f"Bytes the job wrote to each of its "
+                    f"{s.top_files} most used files in the last {FILES_WINDOW_S:.0f} s.",
+                    labels=["cgroup", "file"])
+                for job, files in sorted(s.files.top(s.top_files).items()):
+                    for name, rd, wr in files:
+                        fr.add_metric([job, name], rd)
+                        fw.add_metric([job, name], wr)
+                yield fr
+                yield fw
             c = CounterMetricFamily("iotrace_http_unanswered", "HTTP requests whose answer "
                                     "was never seen (not counted in iotrace_http_requests).")
             c.add_metric([], float(s.http.dropped))
@@ -339,7 +367,7 @@ class Collector:
 def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
           stop: threading.Event, ready: Optional[callable] = None,
           poll_s: float = 0.5, forget_after_s: float = 15.0, loop_waits: bool = True,
-          http: bool = True) -> None:
+          http: bool = True, top_files: int = 0) -> None:
     """Runs until stop is set: the recorder, the sums and the HTTP server.
     Raises IotraceError if the recorder ends first."""
     from prometheus_client import start_http_server
@@ -349,12 +377,13 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
 
     host, _, port = listen.rpartition(":")
     jobs = Jobs(cgroup_root, match, forget_after_s)
-    sums = Sums(jobs)
+    sums = Sums(jobs, top_files)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(sums))
     # the port first: a port in use is an error before any probe is loaded
     server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
-    rec = LiveRecorder(spool, cgroup_root=str(jobs.root), loop_waits=loop_waits, http=http)
+    rec = LiveRecorder(spool, cgroup_root=str(jobs.root), loop_waits=loop_waits, http=http,
+                       file_sums=top_files > 0)
     try:
         rec.start()
     except BaseException:
@@ -369,6 +398,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
             sums.add_joined(rec.take_joined())
             sums.add_records(*rec.take_records())
             sums.add_wakes(rec.take_wakes())
+            sums.add_files(rec.take_files())
             sums.add_rates(rec.take_rates())
             sums.recorder = dict(rec.stats)
             if time.monotonic() - last_scan >= 1.0:

@@ -28,11 +28,13 @@ import numpy as np
 from .abi import EF_NET_DATA, EVENT_DTYPE
 from .convert import read_segment
 from .errors import EXIT_ENV, IotraceError
-from .profile import RATE_DTYPE, WAKE_DTYPE, read_rows
+from .live_files import OPEN_CODES
+from .profile import FILE_DTYPE, RATE_DTYPE, WAKE_DTYPE, read_rows
 from .session import StatusPipe, recorder_path
 
 RATES_RE = re.compile(r"rates-(\d+)\.bin")
 WAKES_RE = re.compile(r"wakes-(\d+)\.bin")
+FILES_RE = re.compile(r"files-(\d+)\.bin")
 SEGMENT_RE = re.compile(r"(\d+)\.ev")
 
 
@@ -42,13 +44,16 @@ class LiveRecorder:
 
     def __init__(self, spool: Path, cgroup_root: Optional[str] = None,
                  pids: tuple = (), ringbuf_mb: int = 16, loop_waits: bool = True,
-                 http: bool = True):
+                 http: bool = True, file_sums: bool = False):
         self.spool = spool
         self.args = ["--profile", "--rates-files", "--ringbuf-mb", str(ringbuf_mb)]
         if loop_waits:
             self.args.append("--loop-waits")
         if http:
             self.args.append("--live-http")
+        self.file_sums = file_sums
+        if file_sums:
+            self.args.append("--file-sums")
         if cgroup_root:
             self.args += ["--follow-cgroup", cgroup_root]
         for pid in pids:
@@ -133,15 +138,26 @@ class LiveRecorder:
             path.unlink()
         return np.concatenate(parts) if parts else np.zeros(0, WAKE_DTYPE)
 
+    def take_files(self) -> np.ndarray:
+        """The per-(process, file) sums written since the last call, deleted."""
+        parts = []
+        for path in self._closed(FILES_RE):
+            parts.append(read_rows(path, FILE_DTYPE))
+            path.unlink()
+        return np.concatenate(parts) if parts else np.zeros(0, FILE_DTYPE)
+
     def take_records(self) -> tuple[np.ndarray, dict[int, bytes]]:
         """The records of the segments closed since the last call, in order,
-        and the payloads of those that carry an HTTP message start (by index
-        in the records); deleted (the other payloads, paths and argv, are
-        not needed live)."""
+        and the payloads of those that carry an HTTP message start, and of
+        the opens with file_sums (by index in the records); deleted (the
+        other payloads are not needed live)."""
         parts, payloads, n = [], {}, 0
         for path in self._closed(SEGMENT_RE):
             recs, pay = read_segment(path)
-            for i in np.flatnonzero(recs["eflags"] & EF_NET_DATA):
+            keep = recs["eflags"] & EF_NET_DATA != 0
+            if self.file_sums:          # the files' names, for the top files
+                keep |= np.isin(recs["op"], OPEN_CODES)
+            for i in np.flatnonzero(keep):
                 if int(i) in pay:
                     payloads[n + int(i)] = pay[int(i)]
             parts.append(recs)

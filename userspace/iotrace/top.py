@@ -2,7 +2,7 @@
 refreshed every second: per job its training loop's data-wait share, its
 read and write rates, IOPS, what the page cache had to read from storage,
 its threads' time in reads and writes; per job and mount its reads and
-writes of files; per job and object-storage endpoint its requests,
+writes of files; the files read and written most; per job and object-storage endpoint its requests,
 throttled answers and retries a second; per block device its rates and
 latency. Keys: s sorts,
 q quits.
@@ -31,6 +31,7 @@ from rich.text import Text
 
 from .abi import OP_NAMES
 from .exporter import LATENCY_BUCKETS, READ_CODES, WRITE_CODES, Sums
+from .live_files import WINDOW_S as FILES_WINDOW_S
 
 WINDOW_S = 5.0
 WAIT_WINDOW_S = 10.0
@@ -70,6 +71,7 @@ def snapshot(s: Sums) -> dict:
         for job, n in s.loops_now.items():
             jobs.setdefault(job, {})["loops"] = n
         mounts = {k: dict(v) for k, v in s.mounts.items()}
+        files = s.files.top(s.top_files) if s.files is not None else {}
         endpoints: dict[tuple[str, str], list] = {}
         for (job, endpoint, _, _), (n, thr, rty) in s.requests.items():
             e = endpoints.setdefault((job, endpoint), [0, 0, 0])
@@ -79,7 +81,7 @@ def snapshot(s: Sums) -> dict:
         live = set(s.jobs.live)
         dropped = float(s.recorder.get("drops", 0))
     return {"t": time.monotonic(), "jobs": jobs, "devs": devs, "mounts": mounts,
-            "endpoints": endpoints, "live": live, "dropped": dropped}
+            "endpoints": endpoints, "files": files, "live": live, "dropped": dropped}
 
 
 def rates(old: dict, new: dict) -> tuple[dict, dict]:
@@ -143,6 +145,18 @@ def endpoint_table_view(endpoints: dict) -> Table:
     return e
 
 
+def files_table_view(files: dict) -> Table:
+    """The files read and written most in the last 10 s, over all jobs."""
+    f = Table(expand=False, header_style="bold")
+    for name in ("JOB", "FILE (last 10 s)", "READ MiB/s", "WRITE MiB/s"):
+        f.add_column(name, justify="right" if "MiB" in name else "left", overflow="fold")
+    rows = sorted(((rd + wr, job, name, rd, wr) for job, fs in files.items()
+                   for name, rd, wr in fs), reverse=True)
+    for _, job, name, rd, wr in rows[:MOUNT_ROWS]:
+        f.add_row(job, name, f"{rd / FILES_WINDOW_S / MIB:.2f}", f"{wr / FILES_WINDOW_S / MIB:.2f}")
+    return f
+
+
 def mount_table_view(mounts: dict) -> Table:
     m = Table(expand=False, header_style="bold")
     for name in ("JOB", "MOUNT", "READ MiB/s", "FROM STORAGE MiB/s", "WRITE MiB/s",
@@ -175,7 +189,8 @@ def wait_shares(old: dict, new: dict) -> dict:
 
 def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window: float,
            waits: Optional[dict] = None, wait_window: float = 0.0,
-           mounts: Optional[dict] = None, endpoints: Optional[dict] = None):
+           mounts: Optional[dict] = None, endpoints: Optional[dict] = None,
+           files: Optional[dict] = None):
     waits = waits or {}
     for job, r in jobs.items():
         r["wait"] = waits.get(job)
@@ -221,6 +236,8 @@ def render(title: str, jobs: dict, devs: dict, sort: str, dropped: float, window
                 "iotrace report).", style="dim")
     parts = [t, mount_table_view(mounts) if mounts else
              Text("no reads or writes of files yet", style="dim")]
+    if files:
+        parts.append(files_table_view(files))
     if endpoints:
         parts.append(endpoint_table_view(endpoints))
     return Group(*parts,
@@ -263,6 +280,7 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
             sums.add_joined(rec.take_joined())
             sums.add_records(*rec.take_records())
             sums.add_wakes(rec.take_wakes())
+            sums.add_files(rec.take_files())
             sums.add_rates(rec.take_rates())
             sums.recorder = dict(rec.stats)
             k = keys.read()
@@ -292,7 +310,7 @@ def run(rec, sums: Sums, title: str, stop: threading.Event, refresh_s: float = 1
             waits = wait_shares(history[0], snap) if len(history) > 1 else {}
             live.update(render(title, jobs, devs, SORTS[sort], snap["dropped"],
                                snap["t"] - base["t"], waits, snap["t"] - history[0]["t"],
-                               mounts, endpoints),
+                               mounts, endpoints, snap["files"]),
                         refresh=True)
             next_draw = now + refresh_s
     return why

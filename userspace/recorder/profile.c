@@ -37,6 +37,12 @@ struct rate_row {
 	struct iot_prof_rate_val v;   /* v.calls 0: a free slot */
 };
 
+struct file_row {
+	struct iot_prof_file_key k;
+	struct iot_prof_file_val v;
+	bool used;
+};
+
 struct wake_row {
 	struct iot_prof_wake_key k;
 	struct iot_prof_wake_val v;   /* v.wakes 0: a free slot */
@@ -48,6 +54,8 @@ static size_t calls_mask, calls_n, calls_max;
 static bool calls_whole_run;   /* false (live use): no whole-run table is kept */
 static struct rate_row *rates;
 static size_t rates_mask, rates_n;
+static struct file_row *files;
+static size_t files_mask, files_n;
 static struct wake_row *wakes;
 static size_t wakes_mask, wakes_n;
 /* The regular files whose name is in the spool: (dev, ino) pairs, open
@@ -73,6 +81,17 @@ static size_t slots_for(size_t rows)
 	while (n < 2 * rows)
 		n <<= 1;
 	return n;
+}
+
+int prof_files_init(void)
+{
+	files = calloc(slots_for(IOT_PROF_FILES_MAX_KEYS), sizeof(*files));
+	if (!files) {
+		errno = ENOMEM;
+		return -1;
+	}
+	files_mask = slots_for(IOT_PROF_FILES_MAX_KEYS) - 1;
+	return 0;
 }
 
 int prof_tables_init(long max_keys, bool whole_run)
@@ -101,10 +120,12 @@ void prof_tables_free(void)
 	free(calls);
 	free(rates);
 	free(wakes);
+	free(files);
 	free(named);
 	calls = NULL;
 	rates = NULL;
 	wakes = NULL;
+	files = NULL;
 	named = NULL;
 }
 
@@ -218,6 +239,36 @@ static void wake_add(const struct iot_prof_sums *s)
 		prof_counts.wakes_lost += s->v.calls;
 }
 
+/* A regular file's reads and writes, into the per-file table (--file-sums). */
+static void file_add(const struct iot_prof_sums *s)
+{
+	struct iot_prof_file_key k = { .pid = s->k.pid, .dev = s->k.dev, .ino = s->k.ino };
+	bool rd = is_read_op(s->k.op), wr = is_write_op(s->k.op);
+	size_t i;
+
+	if (!rd && !wr)
+		return;
+	for (i = hash_words(&k, sizeof(k)) & files_mask;; i = (i + 1) & files_mask) {
+		struct file_row *r = &files[i];
+		if (!r->used) {
+			if (files_n >= IOT_PROF_FILES_MAX_KEYS) {
+				prof_counts.files_lost += s->v.calls;
+				return;
+			}
+			r->used = true;
+			r->k = k;
+			files_n++;
+			break;
+		}
+		if (!memcmp(&r->k, &k, sizeof(k)))
+			break;
+	}
+	files[i].v.read_bytes += rd ? s->v.bytes : 0;
+	files[i].v.write_bytes += wr ? s->v.bytes : 0;
+	files[i].v.cache_bytes += rd ? s->v.cache_bytes : 0;
+	files[i].v.dur_ns += s->v.dur_ns;
+}
+
 void prof_add(const struct iot_prof_sums *s)
 {
 	struct iot_prof_rate_key rk = {
@@ -237,6 +288,8 @@ void prof_add(const struct iot_prof_sums *s)
 	}
 	if (calls_whole_run)
 		add_call(&s->k, &s->v);
+	if (files && s->k.ino && (s->v.imode & 0xf000) == 0x8000)
+		file_add(s);
 	if (!rate_insert(rates, rates_mask, &rates_n, &rk, &rv))
 		prof_counts.rate_lost += s->v.calls;
 	prof_totals.calls += s->v.calls;
@@ -272,6 +325,28 @@ long prof_rates_drain(FILE *out, __u32 before_sec)
 	free(rates);
 	rates = kept;
 	rates_n = n;
+	if (fflush(out))
+		return -1;
+	return moved;
+}
+
+long prof_files_drain(FILE *out, __u32 before_sec)
+{
+	long moved = 0;
+
+	(void)before_sec;   /* all of them: a file's sums have no second */
+	for (size_t i = 0; files && i <= files_mask; i++) {
+		struct file_row *r = &files[i];
+		if (!r->used)
+			continue;
+		if (fwrite(&r->k, sizeof(r->k), 1, out) != 1 ||
+		    fwrite(&r->v, sizeof(r->v), 1, out) != 1)
+			return -1;
+		moved++;
+	}
+	if (files)
+		memset(files, 0, (files_mask + 1) * sizeof(*files));
+	files_n = 0;
 	if (fflush(out))
 		return -1;
 	return moved;

@@ -31,6 +31,8 @@ struct iot_prof_sums;
 #define IOT_PROF_RATES_MAX_KEYS 16384
 /* (second, woken thread, waker thread) rows held between drains */
 #define IOT_PROF_WAKES_MAX_KEYS 16384
+/* (process, file) rows held between drains (--file-sums) */
+#define IOT_PROF_FILES_MAX_KEYS 16384
 
 struct prof_totals {
 	__u64 calls, bytes_read, bytes_written;
@@ -38,7 +40,7 @@ struct prof_totals {
 
 /* calls of the two kinds of loss above (the kernel counts its own) */
 struct prof_counts {
-	__u64 overflow, rate_lost, wakes_lost;
+	__u64 overflow, rate_lost, wakes_lost, files_lost;
 };
 
 extern struct prof_totals prof_totals;
@@ -56,6 +58,12 @@ void prof_add(const struct iot_prof_sums *s);
 /* Moves the per-second rows of seconds before `before_sec` (all: ~0u) to
  * out. Returns the rows moved, or -1 when writing failed. */
 long prof_rates_drain(FILE *out, __u32 before_sec);
+
+/* --file-sums: a table per (process, regular file) of what its reads and
+ * writes moved, emptied at each drain (files-N.bin: (struct
+ * iot_prof_file_key, struct iot_prof_file_val) pairs). -1 when out of memory. */
+int prof_files_init(void);
+long prof_files_drain(FILE *out, __u32 before_sec);
 
 /* The same for the wake table (--loop-waits): (struct iot_prof_wake_key,
  * struct iot_prof_wake_val) pairs. */

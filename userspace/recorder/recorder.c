@@ -69,6 +69,7 @@ struct options {
 	int profile_max_keys;	/* size of the aggregate table (tests force it full) */
 	bool rates_files;	/* live use: each second's sums a file of its own, no
 				 * whole-run table (iotrace exporter reads and deletes them) */
+	bool file_sums;		/* live use: per (process, file) sums each drain */
 	bool live_http;		/* live use: a profile that still records HTTP message
 				 * starts (sockets, TLS plaintext) for the exporter */
 	bool loop_waits;	/* live use: the wake-ups between the job's threads,
@@ -274,6 +275,8 @@ static long rates_drain(FILE *out, __u32 before_sec)
 	if (!opt.rates_files)
 		return prof_rates_drain(out, before_sec);
 	if (opt.loop_waits && drain_file("wakes", seq, prof_wakes_drain, before_sec) < 0)
+		return -1;
+	if (opt.file_sums && drain_file("files", seq, prof_files_drain, before_sec) < 0)
 		return -1;
 	moved = drain_file("rates", seq, prof_rates_drain, before_sec);
 	seq++;
@@ -765,6 +768,8 @@ static void usage(FILE *f)
 		"                     per second (wakes-N.bin; costs the scheduler hooks)\n"
 		"  --live-http        with --rates-files: also record the HTTP message starts\n"
 		"                     on inet sockets and in TLS calls (object storage)\n"
+		"  --file-sums        with --rates-files: also each drain's sums per process\n"
+		"                     and regular file (files-N.bin)\n"
 		"  --check            load and attach every probe, report, detach\n"
 		"  --verbose          libbpf debug output\n");
 }
@@ -799,6 +804,7 @@ static int parse_args(int argc, char **argv)
 		{ "rates-files", no_argument, 0, 'R' },
 		{ "loop-waits", no_argument, 0, 'W' },
 		{ "live-http", no_argument, 0, 'H' },
+		{ "file-sums", no_argument, 0, 'f' },
 		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "tls-lib", required_argument, 0, 'T' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -835,6 +841,7 @@ static int parse_args(int argc, char **argv)
 		case 'R': opt.rates_files = true; break;
 		case 'W': opt.loop_waits = true; break;
 		case 'H': opt.live_http = true; break;
+		case 'f': opt.file_sums = true; break;
 		case 'L': opt.verbs_lib = optarg; break;
 		case 'T':
 			if (opt.ntls_libs == 8) {
@@ -859,8 +866,9 @@ static int parse_args(int argc, char **argv)
 		return -1;
 	}
 	if ((opt.rates_files && !opt.profile) ||
-	    ((opt.loop_waits || opt.live_http) && !opt.rates_files)) {
-		say("--rates-files needs --profile, --loop-waits and --live-http need --rates-files");
+	    ((opt.loop_waits || opt.live_http || opt.file_sums) && !opt.rates_files)) {
+		say("--rates-files needs --profile; --loop-waits, --live-http and --file-sums "
+		    "need --rates-files");
 		return -1;
 	}
 	if (opt.ringbuf_mb < 1 || (opt.ringbuf_mb & (opt.ringbuf_mb - 1))) {
@@ -1198,7 +1206,8 @@ open_core:
 	}
 	if (opt.profile) {
 		char path[4096];
-		if (prof_tables_init(opt.profile_max_keys, !opt.rates_files)) {
+		if (prof_tables_init(opt.profile_max_keys, !opt.rates_files) ||
+		    (opt.file_sums && prof_files_init())) {
 			say("cannot allocate the profile's tables: %s", strerror(errno));
 			goto out;
 		}
@@ -1336,14 +1345,16 @@ open_core:
 		if (now - last_stats >= 500000000ull) {
 			status("{\"type\":\"stats\",\"elapsed_ns\":%llu,\"events\":%llu,"
 			       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
-			       "\"live\":%lld,\"profile_calls\":%llu,\"wakes_lost\":%llu}",
+			       "\"live\":%lld,\"profile_calls\":%llu,\"wakes_lost\":%llu,"
+			       "\"file_sums_lost\":%llu}",
 			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
 			       (unsigned long long)(tot.bytes_read + prof_totals.bytes_read),
 			       (unsigned long long)(tot.bytes_written + prof_totals.bytes_written),
 			       (unsigned long long)(counter_sum(skel, IOT_CNT_DROPS) + rings_lost()),
 			       (long long)skel->bss->live_procs, (unsigned long long)prof_totals.calls,
 			       (unsigned long long)(counter_sum(skel, IOT_CNT_PROF_WAKE_LOST) +
-						    prof_counts.wakes_lost));
+						    prof_counts.wakes_lost),
+			       (unsigned long long)prof_counts.files_lost);
 			last_stats = now;
 		}
 		/* the command's processes are gone: those traced besides it (--pid
