@@ -354,6 +354,11 @@ class Collector:
                         fw.add_metric([job, name], wr)
                 yield fr
                 yield fw
+                c = CounterMetricFamily("iotrace_file_sums_dropped", "Calls left out of the "
+                                        "top files (more files a second than the recorder's "
+                                        "table holds).")
+                c.add_metric([], float(s.recorder.get("file_sums_lost", 0)))
+                yield c
             c = CounterMetricFamily("iotrace_http_unanswered", "HTTP requests whose answer "
                                     "was never seen (not counted in iotrace_http_requests).")
             c.add_metric([], float(s.http.dropped))
