@@ -358,6 +358,7 @@ struct iot_prof_file_key {
 };
 
 struct iot_prof_file_val {
+	__u64 calls;
 	__u64 read_bytes;
 	__u64 write_bytes;
 	__u64 cache_bytes;   /* of the reads, what came from storage */

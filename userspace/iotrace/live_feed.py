@@ -121,30 +121,26 @@ class LiveRecorder:
         return [self.spool / m.group(0) for m in sorted(
             (m for m in found if m), key=lambda m: int(m.group(1)))]
 
-    def take_rates(self) -> np.ndarray:
-        """The per-second sums written since the last call, deleted."""
+    def _take(self, pattern: re.Pattern, dtype: np.dtype) -> np.ndarray:
+        """The rows of one kind of drain file written since the last call, deleted."""
         parts = []
-        for path in self._closed(RATES_RE):
-            parts.append(read_rows(path, RATE_DTYPE))
+        for path in self._closed(pattern):
+            parts.append(read_rows(path, dtype))
             path.unlink()
-        return np.concatenate(parts) if parts else np.zeros(0, RATE_DTYPE)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    def take_rates(self) -> np.ndarray:
+        """The per-second sums per process, op and file device."""
+        return self._take(RATES_RE, RATE_DTYPE)
 
     def take_wakes(self) -> np.ndarray:
-        """The per-second wake-up sums written since the last call, deleted
-        (call before take_rates: a drain writes its wakes first)."""
-        parts = []
-        for path in self._closed(WAKES_RE):
-            parts.append(read_rows(path, WAKE_DTYPE))
-            path.unlink()
-        return np.concatenate(parts) if parts else np.zeros(0, WAKE_DTYPE)
+        """The per-second wake-up sums (call before take_rates: a drain
+        writes its wakes first)."""
+        return self._take(WAKES_RE, WAKE_DTYPE)
 
     def take_files(self) -> np.ndarray:
-        """The per-(process, file) sums written since the last call, deleted."""
-        parts = []
-        for path in self._closed(FILES_RE):
-            parts.append(read_rows(path, FILE_DTYPE))
-            path.unlink()
-        return np.concatenate(parts) if parts else np.zeros(0, FILE_DTYPE)
+        """The per-(process, file) sums."""
+        return self._take(FILES_RE, FILE_DTYPE)
 
     def take_records(self) -> tuple[np.ndarray, dict[int, bytes]]:
         """The records of the segments closed since the last call, in order,

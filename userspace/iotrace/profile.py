@@ -51,10 +51,10 @@ assert WAKE_DTYPE.itemsize == 24 + 16
 
 # struct iot_prof_file_key + struct iot_prof_file_val (recorder --file-sums)
 FILE_DTYPE = np.dtype([
-    ("pid", "<u4"), ("dev", "<u4"), ("ino", "<u8"), ("read_bytes", "<u8"),
+    ("pid", "<u4"), ("dev", "<u4"), ("ino", "<u8"), ("calls", "<u8"), ("read_bytes", "<u8"),
     ("write_bytes", "<u8"), ("cache_bytes", "<u8"), ("dur_ns", "<u8"),
 ])
-assert FILE_DTYPE.itemsize == 16 + 32
+assert FILE_DTYPE.itemsize == 16 + 40
 
 KEYLESS_BUCKET = 255   # the calls that found the kernel's table full
 

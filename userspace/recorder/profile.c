@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Profile mode: the threads' sums from the kernel (bpf/profile.h) added up
- * in two tables of fixed size, and written to spool files (profile.h).
+ * in tables of fixed size (the whole run's per key; per second; in live use
+ * the wake-ups per second and the sums per file), and written to spool
+ * files (profile.h).
  *
  * The tables are open-addressing hash tables written here: libbpf keeps its
  * own hashmap private, and what they need is small (fixed-size keys, insert
- * and add, a walk, and for the per-second one a rebuild without the seconds
- * moved out).
+ * and add, a walk, and for the per-second ones a rebuild without the
+ * seconds moved out).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -26,38 +28,32 @@ _Static_assert(sizeof(struct iot_prof_rate_key) == 16, "profile rate key ABI");
 _Static_assert(sizeof(struct iot_prof_rate_val) == 32, "profile rate value ABI");
 _Static_assert(sizeof(struct iot_prof_wake_key) == 24, "profile wake key ABI");
 _Static_assert(sizeof(struct iot_prof_wake_val) == 16, "profile wake value ABI");
+_Static_assert(sizeof(struct iot_prof_file_key) == 16, "profile file key ABI");
+_Static_assert(sizeof(struct iot_prof_file_val) == 40, "profile file value ABI");
 
 struct call_row {
 	struct iot_prof_key k;
 	struct iot_prof_val v;   /* v.calls 0: a free slot */
 };
 
-struct rate_row {
-	struct iot_prof_rate_key k;
-	struct iot_prof_rate_val v;   /* v.calls 0: a free slot */
-};
-
-struct file_row {
-	struct iot_prof_file_key k;
-	struct iot_prof_file_val v;
-	bool used;
-};
-
-struct wake_row {
-	struct iot_prof_wake_key k;
-	struct iot_prof_wake_val v;   /* v.wakes 0: a free slot */
+/*
+ * The per-second tables (rates, wake-ups) and the per-file one: open
+ * addressing, fixed size, rows of a key and __u64 counters added up. The
+ * first counter (calls, wake-ups) is never 0 in a used row. A key that
+ * starts with its second (by_second) stays at a drain until its second is
+ * over; the per-file table is emptied at each drain.
+ */
+struct sums_table {
+	unsigned char *rows;
+	size_t key_size, nvals, row_size, mask, n, max;
+	bool by_second;
 };
 
 /* Slots: a power of two, at least twice the rows allowed (short probes). */
 static struct call_row *calls;
 static size_t calls_mask, calls_n, calls_max;
 static bool calls_whole_run;   /* false (live use): no whole-run table is kept */
-static struct rate_row *rates;
-static size_t rates_mask, rates_n;
-static struct file_row *files;
-static size_t files_mask, files_n;
-static struct wake_row *wakes;
-static size_t wakes_mask, wakes_n;
+static struct sums_table rates, wakes, files;
 /* The regular files whose name is in the spool: (dev, ino) pairs, open
  * addressing, doubled at half full. It grows with the distinct files a job
  * opens (16-byte slots, up to 32 bytes a file), not with time. */
@@ -83,49 +79,61 @@ static size_t slots_for(size_t rows)
 	return n;
 }
 
+static int table_init(struct sums_table *t, size_t key_size, size_t val_size, size_t max,
+		      bool by_second)
+{
+	t->key_size = key_size;
+	t->nvals = val_size / sizeof(__u64);
+	t->row_size = key_size + val_size;
+	t->mask = slots_for(max) - 1;
+	t->n = 0;
+	t->max = max;
+	t->by_second = by_second;
+	t->rows = calloc(t->mask + 1, t->row_size);
+	return t->rows ? 0 : -1;
+}
+
 int prof_files_init(void)
 {
-	files = calloc(slots_for(IOT_PROF_FILES_MAX_KEYS), sizeof(*files));
-	if (!files) {
+	if (table_init(&files, sizeof(struct iot_prof_file_key), sizeof(struct iot_prof_file_val),
+		       IOT_PROF_FILES_MAX_KEYS, false)) {
 		errno = ENOMEM;
 		return -1;
 	}
-	files_mask = slots_for(IOT_PROF_FILES_MAX_KEYS) - 1;
 	return 0;
 }
 
 int prof_tables_init(long max_keys, bool whole_run)
 {
-	size_t nc, nr = slots_for(IOT_PROF_RATES_MAX_KEYS);
+	size_t nc;
+	int rt, wk;
 
 	calls_whole_run = whole_run;
 	calls_max = max_keys > 0 ? (size_t)max_keys : IOT_PROF_CALLS_MAX_KEYS;
 	nc = slots_for(calls_max);
 	calls = calloc(nc, sizeof(*calls));
-	rates = calloc(nr, sizeof(*rates));
-	wakes = calloc(slots_for(IOT_PROF_WAKES_MAX_KEYS), sizeof(*wakes));
-	if (!calls || !rates || !wakes) {
+	rt = table_init(&rates, sizeof(struct iot_prof_rate_key), sizeof(struct iot_prof_rate_val),
+			IOT_PROF_RATES_MAX_KEYS, true);
+	wk = table_init(&wakes, sizeof(struct iot_prof_wake_key), sizeof(struct iot_prof_wake_val),
+			IOT_PROF_WAKES_MAX_KEYS, true);
+	if (!calls || rt || wk) {
 		prof_tables_free();
 		errno = ENOMEM;
 		return -1;
 	}
 	calls_mask = nc - 1;
-	rates_mask = nr - 1;
-	wakes_mask = slots_for(IOT_PROF_WAKES_MAX_KEYS) - 1;
 	return 0;
 }
 
 void prof_tables_free(void)
 {
 	free(calls);
-	free(rates);
-	free(wakes);
-	free(files);
+	free(rates.rows);
+	free(wakes.rows);
+	free(files.rows);
 	free(named);
 	calls = NULL;
-	rates = NULL;
-	wakes = NULL;
-	files = NULL;
+	rates.rows = wakes.rows = files.rows = NULL;
 	named = NULL;
 }
 
@@ -177,54 +185,66 @@ static void add_call(const struct iot_prof_key *k, const struct iot_prof_val *v)
 		val_add(&lost[k->op], v);
 }
 
-/* Into the per-second table (false: it is full). */
-static bool rate_insert(struct rate_row *tab, size_t mask, size_t *n,
-			const struct iot_prof_rate_key *k, const struct iot_prof_rate_val *v)
+/* Adds vals to key's row of a table (false: it is full). */
+static bool table_add(struct sums_table *t, const void *key, const __u64 *vals)
 {
-	size_t i = hash_words(k, sizeof(*k)) & mask;
+	size_t i = hash_words(key, t->key_size) & t->mask;
 
-	for (;; i = (i + 1) & mask) {
-		struct rate_row *r = &tab[i];
-		if (!r->v.calls) {
-			if (*n >= IOT_PROF_RATES_MAX_KEYS)
+	for (;; i = (i + 1) & t->mask) {
+		unsigned char *r = t->rows + i * t->row_size;
+		__u64 *v = (__u64 *)(r + t->key_size);
+
+		if (!v[0]) {
+			if (t->n >= t->max)
 				return false;
-			r->k = *k;
-			r->v = *v;
-			(*n)++;
+			memcpy(r, key, t->key_size);
+			memcpy(v, vals, t->nvals * sizeof(*v));
+			t->n++;
 			return true;
 		}
-		if (!memcmp(&r->k, k, sizeof(*k))) {
-			r->v.calls += v->calls;
-			r->v.bytes += v->bytes;
-			r->v.dur_ns += v->dur_ns;
-			r->v.cache_bytes += v->cache_bytes;
+		if (!memcmp(r, key, t->key_size)) {
+			for (size_t j = 0; j < t->nvals; j++)
+				v[j] += vals[j];
 			return true;
 		}
 	}
 }
 
-/* Into the wake table (false: it is full). */
-static bool wake_insert(struct wake_row *tab, size_t mask, size_t *n,
-			const struct iot_prof_wake_key *k, const struct iot_prof_wake_val *v)
+/* Writes the rows of seconds before before_sec (all rows of a table not by
+ * second) to out and keeps the others. Returns the rows written, -1 when
+ * writing failed. */
+static long table_drain(struct sums_table *t, FILE *out, __u32 before_sec)
 {
-	size_t i = hash_words(k, sizeof(*k)) & mask;
+	struct sums_table kept = *t;
+	long moved = 0;
 
-	for (;; i = (i + 1) & mask) {
-		struct wake_row *r = &tab[i];
-		if (!r->v.wakes) {
-			if (*n >= IOT_PROF_WAKES_MAX_KEYS)
-				return false;
-			r->k = *k;
-			r->v = *v;
-			(*n)++;
-			return true;
+	if (!t->rows)
+		return 0;
+	kept.rows = calloc(t->mask + 1, t->row_size);
+	kept.n = 0;
+	if (!kept.rows)
+		return -1;
+	for (size_t i = 0; i <= t->mask; i++) {
+		unsigned char *r = t->rows + i * t->row_size;
+		__u64 *v = (__u64 *)(r + t->key_size);
+
+		if (!v[0])
+			continue;
+		if (t->by_second && *(__u32 *)r >= before_sec) {
+			table_add(&kept, r, v);
+			continue;
 		}
-		if (!memcmp(&r->k, k, sizeof(*k))) {
-			r->v.wakes += v->wakes;
-			r->v.dur_ns += v->dur_ns;
-			return true;
+		if (fwrite(r, t->row_size, 1, out) != 1) {
+			free(kept.rows);
+			return -1;
 		}
+		moved++;
 	}
+	free(t->rows);
+	*t = kept;
+	if (fflush(out))
+		return -1;
+	return moved;
 }
 
 static void wake_add(const struct iot_prof_sums *s)
@@ -235,7 +255,7 @@ static void wake_add(const struct iot_prof_sums *s)
 	};
 	struct iot_prof_wake_val v = { .wakes = s->v.calls, .dur_ns = s->v.dur_ns };
 
-	if (!wake_insert(wakes, wakes_mask, &wakes_n, &k, &v))
+	if (!table_add(&wakes, &k, (const __u64 *)&v))
 		prof_counts.wakes_lost += s->v.calls;
 }
 
@@ -244,29 +264,14 @@ static void file_add(const struct iot_prof_sums *s)
 {
 	struct iot_prof_file_key k = { .pid = s->k.pid, .dev = s->k.dev, .ino = s->k.ino };
 	bool rd = is_read_op(s->k.op), wr = is_write_op(s->k.op);
-	size_t i;
+	struct iot_prof_file_val v = {
+		.calls = s->v.calls,
+		.read_bytes = rd ? s->v.bytes : 0, .write_bytes = wr ? s->v.bytes : 0,
+		.cache_bytes = rd ? s->v.cache_bytes : 0, .dur_ns = s->v.dur_ns,
+	};
 
-	if (!rd && !wr)
-		return;
-	for (i = hash_words(&k, sizeof(k)) & files_mask;; i = (i + 1) & files_mask) {
-		struct file_row *r = &files[i];
-		if (!r->used) {
-			if (files_n >= IOT_PROF_FILES_MAX_KEYS) {
-				prof_counts.files_lost += s->v.calls;
-				return;
-			}
-			r->used = true;
-			r->k = k;
-			files_n++;
-			break;
-		}
-		if (!memcmp(&r->k, &k, sizeof(k)))
-			break;
-	}
-	files[i].v.read_bytes += rd ? s->v.bytes : 0;
-	files[i].v.write_bytes += wr ? s->v.bytes : 0;
-	files[i].v.cache_bytes += rd ? s->v.cache_bytes : 0;
-	files[i].v.dur_ns += s->v.dur_ns;
+	if ((rd || wr) && !table_add(&files, &k, (const __u64 *)&v))
+		prof_counts.files_lost += s->v.calls;
 }
 
 void prof_add(const struct iot_prof_sums *s)
@@ -288,9 +293,9 @@ void prof_add(const struct iot_prof_sums *s)
 	}
 	if (calls_whole_run)
 		add_call(&s->k, &s->v);
-	if (files && s->k.ino && (s->v.imode & 0xf000) == 0x8000)
+	if (files.rows && s->k.ino && (s->v.imode & 0xf000) == 0x8000)
 		file_add(s);
-	if (!rate_insert(rates, rates_mask, &rates_n, &rk, &rv))
+	if (!table_add(&rates, &rk, (const __u64 *)&rv))
 		prof_counts.rate_lost += s->v.calls;
 	prof_totals.calls += s->v.calls;
 	if (is_read_op(s->k.op))
@@ -301,86 +306,17 @@ void prof_add(const struct iot_prof_sums *s)
 
 long prof_rates_drain(FILE *out, __u32 before_sec)
 {
-	struct rate_row *kept = calloc(rates_mask + 1, sizeof(*kept));
-	size_t n = 0;
-	long moved = 0;
-
-	if (!kept)
-		return -1;
-	for (size_t i = 0; i <= rates_mask; i++) {
-		struct rate_row *r = &rates[i];
-		if (!r->v.calls)
-			continue;
-		if (r->k.sec >= before_sec) {
-			rate_insert(kept, rates_mask, &n, &r->k, &r->v);
-			continue;
-		}
-		if (fwrite(&r->k, sizeof(r->k), 1, out) != 1 ||
-		    fwrite(&r->v, sizeof(r->v), 1, out) != 1) {
-			free(kept);
-			return -1;
-		}
-		moved++;
-	}
-	free(rates);
-	rates = kept;
-	rates_n = n;
-	if (fflush(out))
-		return -1;
-	return moved;
+	return table_drain(&rates, out, before_sec);
 }
 
 long prof_files_drain(FILE *out, __u32 before_sec)
 {
-	long moved = 0;
-
-	(void)before_sec;   /* all of them: a file's sums have no second */
-	for (size_t i = 0; files && i <= files_mask; i++) {
-		struct file_row *r = &files[i];
-		if (!r->used)
-			continue;
-		if (fwrite(&r->k, sizeof(r->k), 1, out) != 1 ||
-		    fwrite(&r->v, sizeof(r->v), 1, out) != 1)
-			return -1;
-		moved++;
-	}
-	if (files)
-		memset(files, 0, (files_mask + 1) * sizeof(*files));
-	files_n = 0;
-	if (fflush(out))
-		return -1;
-	return moved;
+	return table_drain(&files, out, before_sec);
 }
 
 long prof_wakes_drain(FILE *out, __u32 before_sec)
 {
-	struct wake_row *kept = calloc(wakes_mask + 1, sizeof(*kept));
-	size_t n = 0;
-	long moved = 0;
-
-	if (!kept)
-		return -1;
-	for (size_t i = 0; i <= wakes_mask; i++) {
-		struct wake_row *r = &wakes[i];
-		if (!r->v.wakes)
-			continue;
-		if (r->k.sec >= before_sec) {
-			wake_insert(kept, wakes_mask, &n, &r->k, &r->v);
-			continue;
-		}
-		if (fwrite(&r->k, sizeof(r->k), 1, out) != 1 ||
-		    fwrite(&r->v, sizeof(r->v), 1, out) != 1) {
-			free(kept);
-			return -1;
-		}
-		moved++;
-	}
-	free(wakes);
-	wakes = kept;
-	wakes_n = n;
-	if (fflush(out))
-		return -1;
-	return moved;
+	return table_drain(&wakes, out, before_sec);
 }
 
 /* One row of calls without their key: pid 0, both buckets 255. */
