@@ -7,7 +7,7 @@ BUILD := build
 CLANG ?= clang
 BPFTOOL ?= bpftool
 ARCH := $(shell uname -m | sed 's/x86_64/x86/; s/aarch64/arm64/')
-APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config gcc make \
+APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev libcapstone-dev zlib1g-dev pkg-config gcc make \
 	fio strace bpftrace python3-venv
 # What only the tests need: headless Chromium for the HTML report; QEMU, Debian's
 # 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests; Open MPI
@@ -101,7 +101,7 @@ $(BUILD)/vmlinux.h:
 BPF_OBJS := iotrace block aio netfs rdma verbs tls
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o) $(BUILD)/iotrace_direct.bpf.o
-RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c profile.c hooks.c core_object.c settings.c rings.c)
+RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c go_tls.c profile.c hooks.c core_object.c settings.c rings.c)
 
 BPF_HEADERS := bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h bpf/profile.h bpf/syscall_hooks.h bpf/request_file.h bpf/libaio.h bpf/direct_reads.h
 BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
@@ -127,7 +127,7 @@ $(BUILD)/iotrace_direct.skel.h: $(BUILD)/iotrace_direct.bpf.o $(BUILD)/iotrace.s
 	$(BPFTOOL) gen skeleton $< name iotrace_direct_bpf > $@
 
 $(RECORDER): $(RECORDER_SRC) userspace/recorder/*.h bpf/iotrace.h $(BPF_OBJS:%=$(BUILD)/%.skel.h) $(BUILD)/iotrace_direct.skel.h
-	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $(RECORDER_SRC) -lbpf -lelf -lz -o $@
+	$(CC) -O2 -g -Wall -I$(BUILD) -Ibpf -Iuserspace/recorder $(RECORDER_SRC) -lbpf -lelf -lz -lcapstone -o $@
 
 # Copied by rename: a recorder that is running keeps its old binary.
 $(PKG_BIN): $(RECORDER)

@@ -89,36 +89,15 @@ int iot_tls_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
-int iot_tls_return(struct pt_regs *ctx)
+/* The call's record, at its return: ret is the bytes moved (or < 0). */
+static __always_inline int emit_tls(struct tls_call *c, __u64 pid_tgid, __s64 ret)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct tls_call *c = bpf_map_lookup_elem(&tls_inflight, &pid_tgid);
 	struct tls_event *b;
 	__u32 zero = 0, n = 0;
-	__s64 ret = PT_REGS_RC(ctx);
-	__u64 moved;
 
-	if (!c)
-		return 0;
-	if (c->depth) {
-		c->depth--;
-		return 0;
-	}
 	b = bpf_map_lookup_elem(&tls_scratch, &zero);
-	if (!b) {
-		bpf_map_delete_elem(&tls_inflight, &pid_tgid);
+	if (!b)
 		return 0;
-	}
-	if (c->cookie & TLS_COOKIE_EX) {
-		/* SSL_read_ex/SSL_write_ex: 1 on success, bytes through the pointer */
-		moved = 0;
-		if ((int)ret == 1 && c->nbytes_ptr)
-			bpf_probe_read_user(&moved, sizeof(moved), (void *)c->nbytes_ptr);
-		ret = (int)ret == 1 ? (__s64)moved : (__s64)(int)ret;
-	} else if ((c->cookie >> TLS_COOKIE_LIB_SHIFT) == IOT_TLS_LIB_OPENSSL) {
-		ret = (int)ret;  /* SSL_read/SSL_write return an int */
-	}
 	__builtin_memset(&b->ev, 0, sizeof(b->ev));
 	b->ev.ts_ns = c->ts;
 	b->ev.dur_ns = bpf_ktime_get_ns() - c->ts;
@@ -137,11 +116,101 @@ int iot_tls_return(struct pt_regs *ctx)
 		if (n)
 			b->ev.eflags = IOT_EF_NET_DATA;
 	}
-	bpf_map_delete_elem(&tls_inflight, &pid_tgid);
 	if (http_only && !n)
 		return 0;
 	b->ev.str_len = n;
 	if (ring_output(b, sizeof(b->ev) + (n & (2 * IOT_HTTP_CAP - 1)), 0))
 		count(IOT_CNT_DROPS);
 	return 0;
+}
+
+SEC("uretprobe")
+int iot_tls_return(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct tls_call *c = bpf_map_lookup_elem(&tls_inflight, &pid_tgid), call;
+	__s64 ret = PT_REGS_RC(ctx);
+	__u64 moved;
+
+	if (!c)
+		return 0;
+	if (c->depth) {
+		c->depth--;
+		return 0;
+	}
+	if (c->cookie & TLS_COOKIE_EX) {
+		/* SSL_read_ex/SSL_write_ex: 1 on success, bytes through the pointer */
+		moved = 0;
+		if ((int)ret == 1 && c->nbytes_ptr)
+			bpf_probe_read_user(&moved, sizeof(moved), (void *)c->nbytes_ptr);
+		ret = (int)ret == 1 ? (__s64)moved : (__s64)(int)ret;
+	} else if ((c->cookie >> TLS_COOKIE_LIB_SHIFT) == IOT_TLS_LIB_OPENSSL) {
+		ret = (int)ret;  /* SSL_read/SSL_write return an int */
+	}
+	call = *c;
+	bpf_map_delete_elem(&tls_inflight, &pid_tgid);
+	return emit_tls(&call, pid_tgid, ret);
+}
+
+/*
+ * Go's crypto/tls.(*Conn).Read and Write (Go 1.17 on, amd64 register ABI:
+ * receiver in RAX, the slice's pointer and length in RBX and RCX; n in RAX
+ * and the error's type word in RBX at the return). A goroutine that blocks
+ * in Read may come back on another thread, so a call is keyed by the
+ * goroutine (its g, in R14), not the thread. The recorder probes each RET
+ * instruction of the two functions with iot_gotls_return (go_tls.h).
+ */
+struct go_key {
+	__u64 g;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct go_key);
+	__type(value, struct tls_call);
+} gotls_inflight SEC(".maps");
+
+SEC("uprobe")
+int iot_gotls_enter(struct pt_regs *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct go_key k = { .tgid = pid_tgid >> 32 };
+	struct tls_call call = {};
+
+	if (!traced_tgid(k.tgid))
+		return 0;
+	k.g = ctx->r14;
+	/* a stack grown at the entry calls the function again: same call */
+	call.ts = bpf_ktime_get_ns();
+	call.cookie = bpf_get_attach_cookie(ctx);
+	call.session = ctx->ax;
+	call.buf = ctx->bx;
+	call.len = ctx->cx;
+	bpf_map_update_elem(&gotls_inflight, &k, &call, BPF_ANY);
+#endif
+	return 0;
+}
+
+SEC("uprobe")
+int iot_gotls_return(struct pt_regs *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct go_key k = { .tgid = pid_tgid >> 32, .g = ctx->r14 };
+	struct tls_call *c = bpf_map_lookup_elem(&gotls_inflight, &k), call;
+	__s64 n = (__s64)ctx->ax;
+
+	if (!c || (__u16)c->cookie != (__u16)bpf_get_attach_cookie(ctx))
+		return 0;
+	call = *c;
+	bpf_map_delete_elem(&gotls_inflight, &k);
+	/* no bytes and an error (io.EOF at a close, a timeout): an I/O error */
+	return emit_tls(&call, pid_tgid, n > 0 ? n : (ctx->bx ? -5 /* EIO */ : 0));
+#else
+	return 0;
+#endif
 }

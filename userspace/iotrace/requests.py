@@ -5,7 +5,8 @@ when the trace is finished (and on demand for a trace made before them).
   `connect` on an IPv4/IPv6 socket), with its peer, the bytes and time the
   job's calls moved on it, and the HTTP requests made on it.
 - requests.parquet: one row per HTTP request the job made, over plain TCP
-  (its socket calls) or TLS (the plaintext of its OpenSSL/GnuTLS calls), from
+  (its socket calls) or TLS (the plaintext of its OpenSSL, GnuTLS or Go
+  crypto/tls calls), from
   the message starts the recorder captured (events.http, see http_head.py):
   method, host, bucket and key (S3 path and virtual-host styles), range,
   status, S3 error code, time to first byte, duration, body bytes, and
@@ -82,18 +83,22 @@ from _net n left join _connects c
   on c.pid = n.pid and c.fd = n.fd and c.ts_ns <= n.ts_ns
  and (c.next_ns is null or n.ts_ns < c.next_ns);
 
+-- A row's place on its stream: a send where it starts, a receive where it
+-- ends (its bytes are there then). Go's HTTP client reads each connection
+-- in a goroutine of its own, whose TLS read starts before the request it
+-- answers is written and blocks until the answer comes.
 create or replace temp table _numbered as
 select *,
        case when tls then 'tls:' || session else 'fd:' || fd end as stream,
        sum(case when sending and {REQUEST_START} then 1 else 0 end) over (
            partition by pid, tls, case when tls then session else fd end
-           order by ts_ns, tid rows between unbounded preceding and current row) as req_no
-from _net_conn;
+           order by pos_ns, tid rows between unbounded preceding and current row) as req_no
+from (select *, case when sending then ts_ns else ts_ns + dur_ns end as pos_ns from _net_conn);
 
 create or replace temp table _req as
 with g as (
     select pid, stream, req_no,
-           min(ts_ns) as ts_ns,
+           min(pos_ns) as ts_ns,
            max(ts_ns + dur_ns) as end_ns,
            arg_min(tid, ts_ns) as tid,
            arg_min(fd, ts_ns) as fd,
@@ -171,7 +176,8 @@ select k.ts_ns,
        coalesce(k.end_ns - k.ts_ns, 0) as dur_ns,
        k.first_byte_ns - k.ts_ns as ttfb_ns,
        k.pid, k.tid, k.fd, k.stream, k.tls,
-       case k.tls_lib when 1 then 'openssl' when 2 then 'gnutls' end as tls_library,
+       case k.tls_lib when 1 then 'openssl' when 2 then 'gnutls' when 3 then 'go-crypto/tls' end
+           as tls_library,
        k.method,
        case
          when not (k.aws or k.host_name like '%amazonaws.com') then null

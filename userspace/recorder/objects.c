@@ -457,14 +457,15 @@ void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
 }
 
 void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
-			     const char *verbs_lib, const char *const *tls_libs, bool tls_http_only)
+			     const char *verbs_lib, const char *const *tls_libs, bool tls_http_only,
+			     bool go_tls)
 {
 	attach_probes(block_probes, NPROBES(block_probes));
 	attach_probes(aio_probes, NPROBES(aio_probes));
 	attach_probes(netfs_probes, NPROBES(netfs_probes));
 	attach_probes(rdma_probes, NPROBES(rdma_probes));
 	o->verbs = load_verbs(core, verbs_lib, o->uprobe_multi);
-	tls_start(core, tls_libs, o->uprobe_multi, tls_http_only);
+	tls_start(core, tls_libs, o->uprobe_multi, tls_http_only, go_tls);
 }
 
 void detach_all_probes(void)

@@ -37,7 +37,8 @@ void load_optional_objects(struct optional_objects *o, struct bpf_object *core,
  * the libibverbs to probe, NULL for the system's, "none" for no verbs) and
  * the TLS uprobes (tls.h; tls_libs: more libraries, or {"none"}). */
 void attach_optional_objects(struct optional_objects *o, struct bpf_object *core,
-			     const char *verbs_lib, const char *const *tls_libs, bool tls_http_only);
+			     const char *verbs_lib, const char *const *tls_libs, bool tls_http_only,
+			     bool go_tls);
 /* The libibverbs file the verbs uprobes are on (NULL: none). */
 const char *probed_verbs_library(void);
 /* The JSON list of every attached probe's name, or of every skipped

@@ -185,6 +185,12 @@ static int link_uprobe_multi(struct bpf_program *prog, const char *library,
 	return fd < 0 ? -errno : fd;
 }
 
+int link_uprobe_offsets(struct bpf_program *prog, const char *path,
+			const unsigned long *offsets, const __u64 *cookies, __u32 cnt)
+{
+	return link_uprobe_multi(prog, path, offsets, cookies, cnt, false);
+}
+
 int attach_uprobes_multi(struct bpf_program *enter, struct bpf_program *ret,
 			 const char *library, struct probe *p, int n, int fds[2])
 {

@@ -66,6 +66,11 @@ void attach_uprobes(struct bpf_program *enter, struct bpf_program *ret,
 int attach_uprobes_multi(struct bpf_program *enter, struct bpf_program *ret,
 			 const char *library, struct probe *p, int n, int fds[2]);
 
+/* Entry uprobes at file offsets of path, one uprobe_multi link (the
+ * program loaded with that attach type): its fd, or -errno. */
+int link_uprobe_offsets(struct bpf_program *prog, const char *path,
+			const unsigned long *offsets, const __u64 *cookies, __u32 cnt);
+
 /* The uprobe_multi attach type (BPF_TRACE_UPROBE_MULTI), for program loading. */
 #define IOT_ATTACH_UPROBE_MULTI 48
 

@@ -76,6 +76,7 @@ struct options {
 				 * summed per second (bpf/iotrace.bpf.c prof_wake) */
 	const char *verbs_lib;
 	const char *tls_libs[9];	/* --tls-lib, NULL-terminated */
+	bool no_go_tls;
 	int ntls_libs;
 	pid_t pids[64];
 	int npids;
@@ -318,6 +319,8 @@ static int on_record(void *ctx, void *data, size_t size)
 	tot.events++;
 	if (e->op == IOT_MMAP && (e->mode & 4 /* PROT_EXEC */) && e->ret >= 0)
 		tls_note_exec_map(e->pid);  /* a library, maybe a TLS one: probe it */
+	else if (e->op == IOT_PROC_EXEC)
+		tls_note_exec(e->pid);      /* a new program, maybe Go: at once */
 	if (e->ret > 0) {
 		if (is_read_op(e->op))
 			tot.bytes_read += e->ret;
@@ -757,6 +760,9 @@ static void usage(FILE *f)
 		"  --tls-lib PATH     also probe this OpenSSL/GnuTLS library (repeatable; the\n"
 		"                     system's and those the job maps are probed anyway;\n"
 		"                     \"none\": no TLS probes)\n"
+		"  --no-go-tls        no probes on Go's crypto/tls (by default each Go program\n"
+		"                     the job runs has its TLS reads and writes probed; the\n"
+		"                     probes fire in every process that runs that binary)\n"
 		"  --profile          sum calls in kernel per process, file, op, size and\n"
 		"                     latency bucket, and per second (profile-*.bin in the\n"
 		"                     spool); records only what names files and processes\n"
@@ -807,6 +813,7 @@ static int parse_args(int argc, char **argv)
 		{ "file-sums", no_argument, 0, 'f' },
 		{ "verbs-lib", required_argument, 0, 'L' },
 		{ "tls-lib", required_argument, 0, 'T' },
+		{ "no-go-tls", no_argument, 0, 'o' },
 		{ "verbose", no_argument, 0, 'v' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0 },
@@ -850,6 +857,7 @@ static int parse_args(int argc, char **argv)
 			}
 			opt.tls_libs[opt.ntls_libs++] = optarg;
 			break;
+		case 'o': opt.no_go_tls = true; break;
 		case 'v': opt.verbose = true; break;
 		case 'F': opt.follow_cgroup = optarg; break;
 		case 'h': usage(stdout); exit(0);
@@ -1171,7 +1179,10 @@ open_core:
 			goto out;
 		}
 	}
-	attach_optional_objects(&extra, skel->obj, opt.verbs_lib, opt.tls_libs, opt.live_http);
+	attach_optional_objects(&extra, skel->obj, opt.verbs_lib, opt.tls_libs, opt.live_http,
+				!opt.no_go_tls);
+	if (opt.cmd)
+		tls_probe_command(opt.cmd[0]);  /* a Go program: probed before it starts */
 	all_probes_json(attached, sizeof(attached), true);
 	all_probes_json(skipped, sizeof(skipped), false);
 	/* how system calls are hooked, for doctor and meta.json */

@@ -12,11 +12,14 @@
 #include <bpf/libbpf.h>
 #include "iotrace.h"
 #include "probes.h"
+#include "go_tls.h"
 #include "tls.h"
 #include "tls.skel.h"
 
-#define MAX_LIBS 16
+#define MAX_LIBS 32
 #define MAX_NOTED 256
+#define MAX_CHECKED 1024
+#define GO_MAX_LINKS (2 * (1 + GO_TLS_MAX_RETS))
 #define COOKIE_EX (1ULL << 16)
 #define COOKIE_LIB(l) ((unsigned long long)(l) << 24)
 
@@ -29,6 +32,13 @@ struct tls_lib {
 	struct probe probes[4];
 	int nprobes;
 	int multi_fds[2];
+	/* Go: a link per probed instruction (entries and RETs), or two
+	 * uprobe_multi links per function */
+	struct bpf_link *go_links[GO_MAX_LINKS];
+	int ngo_links;
+	int go_fds[4];
+	int ngo_fds;
+	bool said;              /* announced (or probed before the job started) */
 };
 
 static struct tls_bpf *obj;
@@ -39,6 +49,11 @@ static char off_reason[160];   /* why there are no TLS probes at all */
 static int noted[MAX_NOTED];
 static int nnoted;
 static bool scanned_initial;
+static bool go_tls;            /* probe Go's crypto/tls (--no-go-tls: not) */
+/* executables and libraries looked at for Go's crypto/tls and found without
+ * it (or not Go): not opened again */
+static struct { dev_t dev; ino_t ino; } checked[MAX_CHECKED];
+static int nchecked;
 
 static const char *const system_libs[] = {
 	"/usr/lib/x86_64-linux-gnu/libssl.so.3", "/usr/lib/x86_64-linux-gnu/libssl.so.1.1",
@@ -117,7 +132,148 @@ static bool add_lib(const char *path, const char *shown, int kind)
 	return attached > 0;
 }
 
-void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only)
+/* Probes one function of a Go binary: its entry and each RET, the cookie
+ * the op. 0 when every probe is attached. */
+static int attach_go_func(struct tls_lib *l, const struct go_tls_func *f, __u64 cookie)
+{
+	unsigned long rets[GO_TLS_MAX_RETS];
+	__u64 cookies[GO_TLS_MAX_RETS];
+	unsigned long entry = (unsigned long)f->entry;
+
+	if (use_multi) {
+		int fds[2];
+
+		for (int i = 0; i < f->nrets; i++) {
+			rets[i] = (unsigned long)f->rets[i];
+			cookies[i] = cookie;
+		}
+		fds[0] = link_uprobe_offsets(obj->progs.iot_gotls_enter, l->path, &entry, &cookie, 1);
+		if (fds[0] < 0)
+			return fds[0];
+		fds[1] = link_uprobe_offsets(obj->progs.iot_gotls_return, l->path, rets, cookies,
+					     (__u32)f->nrets);
+		if (fds[1] < 0) {
+			close(fds[0]);
+			return fds[1];
+		}
+		l->go_fds[l->ngo_fds++] = fds[0];
+		l->go_fds[l->ngo_fds++] = fds[1];
+		return 0;
+	}
+	for (int i = -1; i < f->nrets; i++) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = cookie);
+		struct bpf_link *link;
+
+		link = bpf_program__attach_uprobe_opts(i < 0 ? obj->progs.iot_gotls_enter :
+						       obj->progs.iot_gotls_return, -1, l->path,
+						       (size_t)(i < 0 ? f->entry : f->rets[i]), &o);
+		if (!link)
+			return -errno;
+		l->go_links[l->ngo_links++] = link;
+	}
+	return 0;
+}
+
+static void detach_go(struct tls_lib *l)
+{
+	for (int i = 0; i < l->ngo_links; i++)
+		bpf_link__destroy(l->go_links[i]);
+	for (int i = 0; i < l->ngo_fds; i++)
+		close(l->go_fds[i]);
+	l->ngo_links = l->ngo_fds = 0;
+}
+
+static bool checked_before(const struct stat *st)
+{
+	for (int i = 0; i < nchecked; i++)
+		if (checked[i].dev == st->st_dev && checked[i].ino == st->st_ino)
+			return true;
+	for (int i = 0; i < nlibs; i++)
+		if (libs[i].dev == st->st_dev && libs[i].ino == st->st_ino)
+			return true;
+	return false;
+}
+
+/* Probes Go's crypto/tls in one executable file (path: through
+ * /proc/PID/root; shown: the process's name for it); true when probed. A Go
+ * binary that cannot be probed is listed with the reason. */
+static bool add_go(const char *path, const char *shown)
+{
+	struct go_tls_funcs f;
+	struct tls_lib *l;
+	struct stat st;
+	char why[160], name[640];
+	int err;
+
+	if (!obj || stat(path, &st) || !S_ISREG(st.st_mode) || checked_before(&st))
+		return false;
+	err = go_tls_find(path, &f, why, sizeof(why));
+	if ((err && err != -ENOTSUP) || nlibs >= MAX_LIBS) {
+		if (nchecked < MAX_CHECKED) {
+			checked[nchecked].dev = st.st_dev;
+			checked[nchecked++].ino = st.st_ino;
+		}
+		return false;
+	}
+	l = &libs[nlibs++];
+	memset(l, 0, sizeof(*l));
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	snprintf(l->shown, sizeof(l->shown), "%s", shown);
+	l->dev = st.st_dev;
+	l->ino = st.st_ino;
+	l->kind = IOT_TLS_LIB_GO;
+	l->multi_fds[0] = l->multi_fds[1] = -1;
+	snprintf(name, sizeof(name), "%s%s", f.version[0] ? " " : "", f.version);
+	set_probe(&l->probes[0], "Go crypto/tls.(*Conn).Read", l->shown, 0);
+	set_probe(&l->probes[1], "Go crypto/tls.(*Conn).Write", l->shown, 0);
+	l->nprobes = 2;
+	if (err) {
+		skip_probes(l->probes, 2, "%s", why);
+		return false;
+	}
+	for (int k = 0; k < 2; k++) {
+		const struct go_tls_func *fn = k ? &f.write : &f.read;
+		__u64 cookie = (k ? IOT_TLS_WRITE : IOT_TLS_READ) | COOKIE_LIB(IOT_TLS_LIB_GO);
+
+		err = attach_go_func(l, fn, cookie);
+		if (err)
+			snprintf(l->probes[k].why, sizeof(l->probes[k].why),
+				 "uprobe attach failed: %s", strerror(-err));
+		else
+			l->probes[k].in_multi = true;  /* attached: its links are go_links */
+	}
+	return l->probes[0].in_multi || l->probes[1].in_multi;
+}
+
+void tls_probe_command(const char *cmd)
+{
+	char found[4096];
+	const char *path = getenv("PATH");
+
+	if (!obj || !go_tls || !cmd || !*cmd)
+		return;
+	if (strchr(cmd, '/')) {
+		if (add_go(cmd, cmd))
+			libs[nlibs - 1].said = true;
+		return;
+	}
+	/* as execvp will look for it */
+	for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p; ) {
+		const char *end = strchr(p, ':');
+		int n = end ? (int)(end - p) : (int)strlen(p);
+
+		snprintf(found, sizeof(found), "%.*s/%s", n ? n : 1, n ? p : ".", cmd);
+		if (access(found, X_OK) == 0) {
+			if (add_go(found, found))
+				libs[nlibs - 1].said = true;
+			return;
+		}
+		p = end ? end + 1 : NULL;
+	}
+}
+
+void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only,
+	       bool go)
 {
 	/* "none" (--no-tls), or "none:why" when the recorder turns them off */
 	if (given && given[0] && strncmp(given[0], "none", 4) == 0) {
@@ -132,6 +288,10 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi, bo
 		bpf_program__set_expected_attach_type(obj->progs.iot_tls_enter,
 						      IOT_ATTACH_UPROBE_MULTI);
 		bpf_program__set_expected_attach_type(obj->progs.iot_tls_return,
+						      IOT_ATTACH_UPROBE_MULTI);
+		bpf_program__set_expected_attach_type(obj->progs.iot_gotls_enter,
+						      IOT_ATTACH_UPROBE_MULTI);
+		bpf_program__set_expected_attach_type(obj->progs.iot_gotls_return,
 						      IOT_ATTACH_UPROBE_MULTI);
 		if (share_core_maps(obj->obj, core) || tls_bpf__load(obj)) {
 			tls_bpf__destroy(obj);
@@ -150,11 +310,14 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi, bo
 		return;
 	}
 	use_multi = multi;
+	go_tls = go;
 	for (int i = 0; given && given[i]; i++)
 		add_lib(given[i], given[i], lib_kind(given[i]) ? lib_kind(given[i]) : IOT_TLS_LIB_OPENSSL);
 	for (int i = 0; system_libs[i]; i++)
 		if (access(system_libs[i], R_OK) == 0)
 			add_lib(system_libs[i], system_libs[i], lib_kind(system_libs[i]));
+	for (int i = 0; i < nlibs; i++)
+		libs[i].said = true;    /* in the ready status's probes */
 	if (!nlibs)
 		snprintf(off_reason, sizeof(off_reason),
 			 "no OpenSSL or GnuTLS library here yet (those the job maps are probed when it maps them)");
@@ -171,7 +334,24 @@ void tls_note_exec_map(int pid)
 		noted[nnoted++] = pid;
 }
 
-static void scan_pid(int pid, void (*said)(const char *, int))
+void tls_note_exec(int pid)
+{
+	char exe[64], target[1024], root_path[1200];
+	ssize_t n;
+
+	if (!obj || !go_tls)
+		return;
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
+	n = readlink(exe, target, sizeof(target) - 1);
+	if (n <= 0)
+		return;
+	target[n] = 0;
+	/* the file itself, whatever its name (deleted, another namespace) */
+	snprintf(root_path, sizeof(root_path), "/proc/%d/exe", pid);
+	add_go(root_path, target);     /* said at the next tls_scan */
+}
+
+static void scan_pid(int pid)
 {
 	char path[64], line[1024];
 	FILE *f;
@@ -181,7 +361,7 @@ static void scan_pid(int pid, void (*said)(const char *, int))
 	if (!f)
 		return;
 	while (fgets(line, sizeof(line), f)) {
-		char *file = strchr(line, '/');
+		char *file = strchr(line, '/'), root_path[1200];
 		int kind;
 
 		if (!file || !strstr(line, " r-xp "))
@@ -189,12 +369,11 @@ static void scan_pid(int pid, void (*said)(const char *, int))
 		file[strcspn(file, "\n")] = 0;
 		kind = lib_kind(file);
 		/* the process's view of the file: its mount namespace, or deleted */
-		if (kind) {
-			char root_path[1200];
-			snprintf(root_path, sizeof(root_path), "/proc/%d/root%s", pid, file);
-			if (add_lib(root_path, file, kind) && said)
-				said(file, libs[nlibs - 1].nprobes);
-		}
+		snprintf(root_path, sizeof(root_path), "/proc/%d/root%s", pid, file);
+		if (kind)
+			add_lib(root_path, file, kind);
+		else if (go_tls)
+			add_go(root_path, file);
 	}
 	fclose(f);
 }
@@ -205,12 +384,21 @@ void tls_scan(const int *pids, int npids, void (*said)(const char *, int))
 		return;
 	if (!scanned_initial) {
 		for (int i = 0; i < npids; i++)
-			scan_pid(pids[i], said);
+			scan_pid(pids[i]);
 		scanned_initial = true;
 	}
 	for (int i = 0; i < nnoted; i++)
-		scan_pid(noted[i], said);
+		scan_pid(noted[i]);
 	nnoted = 0;
+	for (int i = 0; i < nlibs; i++) {
+		int attached = 0;
+
+		for (int k = 0; k < libs[i].nprobes; k++)
+			attached += libs[i].probes[k].link || libs[i].probes[k].in_multi;
+		if (!libs[i].said && attached && said)
+			said(libs[i].shown, libs[i].nprobes);
+		libs[i].said = true;
+	}
 }
 
 size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached)
@@ -232,10 +420,12 @@ void tls_stop(void)
 			if (libs[i].multi_fds[k] >= 0)
 				close(libs[i].multi_fds[k]);
 		detach_probes(libs[i].probes, libs[i].nprobes);
+		detach_go(&libs[i]);
 		for (int k = 0; k < libs[i].nprobes; k++)
 			free((char *)libs[i].probes[k].name);
 	}
 	nlibs = 0;
+	nchecked = 0;
 	tls_bpf__destroy(obj);
 	obj = NULL;
 }

@@ -10,19 +10,31 @@
  * TLS plaintext probes (bpf/tls.bpf.c) on every OpenSSL (libssl) and GnuTLS
  * library the job uses: the system's at start, those given with --tls-lib,
  * and those the traced processes map later (a conda env's, a wheel's),
- * found by reading their /proc/PID/maps. A library is probed once (by file
+ * found by reading their /proc/PID/maps; and on Go's crypto/tls in each Go
+ * executable the traced processes run. A file is probed once (by file
  * identity), for every process; the BPF side keeps the traced ones.
  */
 
 /* Loads the object (sharing the core's maps) and probes the system's
  * libraries and the given ones. given: NULL-terminated paths, or
  * {"none", NULL} for no TLS probes. */
-/* http_only: record only the calls that carry an HTTP message start (live use). */
-void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only);
+/* http_only: record only the calls that carry an HTTP message start (live use).
+ * go: also probe Go's crypto/tls in the Go executables the job runs (the
+ * command's own before it starts, the others when their process is seen). */
+void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only,
+	       bool go);
+
+/* The command about to be started (argv[0], looked up in PATH as execvp
+ * does): its Go crypto/tls probed before its first call. */
+void tls_probe_command(const char *cmd);
 
 /* A traced process mapped a file executable (an mmap record): its maps are
  * read at the next tls_scan. */
 void tls_note_exec_map(int pid);
+
+/* A traced process ran a new program (an exec record): its executable is
+ * looked at now (a Go program's first TLS calls come soon after). */
+void tls_note_exec(int pid);
 
 /* Reads the maps of the processes noted since the last scan (and of pids,
  * the processes attached to, on the first call) and probes the TLS
