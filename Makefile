@@ -13,12 +13,13 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool libelf-dev libcapstone-dev zlib1g-
 # 6.1 kernel, busybox and an NFS server for the second-kernel and NFS tests; Open MPI
 # for DLIO (the MLPerf Storage benchmark) whose own AU the verdict is checked against;
 # a Java runtime for Spark (the report on `--engine spark` is checked against DuckDB's);
-# s3fs-fuse and openssl for the object-storage tests (a bucket mounted with FUSE, a local CA);
+# s3fs-fuse, openssl and rclone (a Go client) for the object-storage tests (a bucket mounted
+# with FUSE, a local CA, Go's crypto/tls);
 # a Prometheus server that scrapes `iotrace exporter` in its tests, and tmux, the
 # terminal `iotrace top` is checked in.
 TEST_APT_PACKAGES := chromium qemu-system-x86 linux-image-amd64 busybox-static nfs-kernel-server \
 	libibverbs-dev ibverbs-providers iproute2 libopenmpi-dev openmpi-bin openjdk-17-jre-headless \
-	s3fs openssl prometheus tmux
+	s3fs openssl prometheus tmux rclone
 PYTEST_ARGS ?=
 
 RECORDER := $(BUILD)/iotrace-recorder
@@ -134,7 +135,18 @@ $(PKG_BIN): $(RECORDER)
 	@mkdir -p $(dir $@)
 	cp $< $@.tmp && mv -f $@.tmp $@
 
-test: all test-deps $(VENV)/.workloads $(VENV)/.dlio
+# A Go S3 client on minio-go (tests/workloads/go_s3): Go's crypto/tls is probed
+# in it over HTTPS. Modules come from the Go module proxy; without Go the tests
+# that need it say so and skip.
+GO ?= $(shell command -v go 2>/dev/null || ls /usr/local/go/bin/go 2>/dev/null)
+GO_S3 := $(BUILD)/go-s3-client
+$(GO_S3): tests/workloads/go_s3/main.go tests/workloads/go_s3/go.mod tests/workloads/go_s3/go.sum
+	@mkdir -p $(BUILD)
+	@if [ -n "$(GO)" ]; then cd tests/workloads/go_s3 && $(GO) build -o $(CURDIR)/$@.tmp . && \
+		mv -f $(CURDIR)/$@.tmp $(CURDIR)/$@; \
+	else echo "make: no Go toolchain: the Go TLS tests will skip"; fi
+
+test: all test-deps $(VENV)/.workloads $(VENV)/.dlio $(GO_S3)
 	@test -x $(PKG_SAMPLER) || { echo "make test: the Python stack sampler is not built (cargo missing?)" >&2; exit 1; }
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS) tests

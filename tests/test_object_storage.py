@@ -204,7 +204,7 @@ def test_tls_without_probes_is_opaque(s3, tmp_path):
         seen = px.stop()
     assert scalar(trace, "select count(*) from requests") == 0
     skipped = {sk["probe"]: sk["why"] for sk in trace.meta["probes"]["skipped"]}
-    assert skipped.get("TLS (OpenSSL, GnuTLS)") == "turned off (--no-tls)"
+    assert skipped.get("TLS (OpenSSL, GnuTLS, Go crypto/tls)") == "turned off (--no-tls)"
     s = json.loads(iotrace_cmd("summary", str(trace.root), "--format", "json").stdout)
     assert s["endpoints"] == [] and s["requests_total"] == 0
     (op,) = s["opaque_connections"]

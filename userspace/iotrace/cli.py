@@ -190,12 +190,12 @@ def start_or_clean_up(session: Session) -> None:
         raise
 
 
-def tls_args(tls_libs: tuple, no_tls: bool) -> list[str]:
+def tls_args(tls_libs: tuple, no_tls: bool, no_go_tls: bool = False) -> list[str]:
     if no_tls:
         if tls_libs:
             fail("--no-tls and --tls-lib contradict each other: give one", EXIT_USAGE)
         return ["--tls-lib", "none"]
-    args = []
+    args = ["--no-go-tls"] if no_go_tls else []
     for lib in tls_libs[:8]:
         if not os.access(lib, os.R_OK):
             fail(f"--tls-lib {lib}: no such readable file", EXIT_USAGE)
@@ -505,6 +505,12 @@ def verbs_lib_option(f):
 
 def tls_option(f):
     f = click.option(
+        "--no-go-tls", is_flag=True,
+        help="No uprobes on Go's crypto/tls (rclone, s5cmd, minio-go clients). By "
+             "default each Go program the job runs has its TLS reads and writes probed, "
+             "which costs every process running that same binary a trap per TLS call "
+             "(docs/object-storage.md).")(f)
+    f = click.option(
         "--no-tls", is_flag=True,
         help="No TLS uprobes: HTTPS requests are then seen as connections and bytes "
              "only. The uprobes cost every process on the machine that uses the probed "
@@ -545,7 +551,8 @@ def tls_option(f):
               help="Also write a Perfetto timeline (DIR.pftrace) at the end.")
 @target_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out, force, quiet, ringbuf_mb, profile, py_stacks, verbs_lib, no_verbs, tls_lib, no_tls, also_pids,
+def run(out, force, quiet, ringbuf_mb, profile, py_stacks, verbs_lib, no_verbs, tls_lib, no_tls,
+        no_go_tls, also_pids,
         fuse_daemons, no_node_summary, redact, want_report, want_perfetto, target_read,
         target_write, gpus, per_gpu, config, command) -> None:
     """Run COMMAND and trace it and every process it starts.
@@ -580,7 +587,7 @@ def run(out, force, quiet, ringbuf_mb, profile, py_stacks, verbs_lib, no_verbs, 
         say(f"{command[0]}: " + ("no such file" if "/" in command[0] else "command not found"))
         sys.exit(EXIT_NOT_FOUND)
     # options are checked before the trace directory exists: a mistake leaves nothing
-    args = recorder_tuning(ringbuf_mb, verbs_lib, no_verbs) + tls_args(tls_lib, no_tls)
+    args = recorder_tuning(ringbuf_mb, verbs_lib, no_verbs) + tls_args(tls_lib, no_tls, no_go_tls)
     extra = list(dict.fromkeys(also_pids))
     for p in extra:
         if p <= 0 or not os.path.exists(f"/proc/{p}"):
@@ -676,7 +683,7 @@ def run(out, force, quiet, ringbuf_mb, profile, py_stacks, verbs_lib, no_verbs, 
 def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profile, py_stacks,
            verbs_lib,
            no_verbs,
-           tls_lib, no_tls, no_node_summary, redact) -> None:
+           tls_lib, no_tls, no_go_tls, no_node_summary, redact) -> None:
     """Trace a running process and its present and future descendants.
 
     \b
@@ -719,7 +726,7 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
     # options are checked before the trace directory exists: a mistake leaves nothing
     args = recorder_tuning(ringbuf_mb, verbs_lib or (None if no_verbs else
                                                      mapped_verbs_library(pid) if pid else None),
-                           no_verbs) + tls_args(tls_lib, no_tls) + \
+                           no_verbs) + tls_args(tls_lib, no_tls, no_go_tls) + \
         [a for p in roots for a in ("--pid", str(p))]
     if follow:
         args += ["--follow-cgroup", cgroup_dir(cgroup)]

@@ -404,10 +404,18 @@ void tls_scan(const int *pids, int npids, void (*said)(const char *, int))
 size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached)
 {
 	if (!nlibs && off_reason[0] && !attached) {
-		struct probe off_probe = { .name = "TLS (OpenSSL, GnuTLS)" };
+		struct probe off_probe = { .name = obj ? "TLS (OpenSSL, GnuTLS)" :
+					   "TLS (OpenSSL, GnuTLS, Go crypto/tls)" };
 		snprintf(off_probe.why, sizeof(off_probe.why), "%s", off_reason);
-		return json_probes_append(buf, len, off, &off_probe, 1, false);
+		off = json_probes_append(buf, len, off, &off_probe, 1, false);
 	}
+	if (obj && !go_tls && !attached) {
+		struct probe go_off = { .name = "TLS Go crypto/tls" };
+		snprintf(go_off.why, sizeof(go_off.why), "turned off (--no-go-tls)");
+		off = json_probes_append(buf, len, off, &go_off, 1, false);
+	}
+	if (!nlibs)
+		return off;
 	for (int i = 0; i < nlibs; i++)
 		off = json_probes_append(buf, len, off, libs[i].probes, libs[i].nprobes, attached);
 	return off;

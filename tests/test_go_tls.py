@@ -1,0 +1,150 @@
+"""Go's crypto/tls: real Go S3 clients over HTTPS (a local CA) against moto's
+S3 server, through the proxy that answers 503 SlowDown to every N-th request.
+rclone from Debian (Go 1.19, stripped) copies a bucket; a minio-go program
+built here (this machine's Go) puts, lists, gets and range-gets. Requests and
+their statuses must equal the proxy's count; bytes, what the clients got."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, iotrace_cmd, needs_root, rows, scalar, trace_run
+
+objstore = pytest.importorskip("objstore")
+pytest.importorskip("moto")
+pytest.importorskip("boto3")
+
+pytestmark = needs_root()
+
+GO_S3 = ROOT / "build" / "go-s3-client"
+N_OBJECTS = 12
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    d = tmp_path_factory.mktemp("s3go")
+    with objstore.moto_server(d / "moto.log") as port:
+        objstore.create_bucket(port, "data")
+        yield port, d
+
+
+def go_env(ca: Path) -> dict:
+    """Go's clients trust the local CA through SSL_CERT_FILE; AWS_CA_BUNDLE
+    (set on some machines) would make rclone's AWS SDK refuse its transport."""
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    env["SSL_CERT_FILE"] = str(ca)
+    return env
+
+
+def status_counts(trace) -> dict:
+    return dict(rows(trace, "select status, count(*) from requests group by 1"))
+
+
+def check_against_proxy(trace, seen: dict) -> None:
+    """Every request the proxy answered, with its status: throttled ones 503
+    SlowDown, each retried; the others the server's answers."""
+    assert scalar(trace, "select count(*) from requests") == seen["requests"]
+    st = status_counts(trace)
+    assert st.get(503, 0) == seen["throttled"] > 0, (st, seen)
+    assert sum(n for s, n in st.items() if s != 503) == seen["forwarded"], (st, seen)
+    assert rows(trace, "select distinct error_code from requests where status = 503") == [
+        ("SlowDown",)]
+    assert scalar(trace, "select count(*) from requests where retry") == seen["throttled"]
+    assert rows(trace, "select distinct tls, tls_library from requests") == [
+        (True, "go-crypto/tls")]
+    # over the wire only ciphertext: the HTTP came from the TLS plaintext
+    assert scalar(trace, "select count(*) from events where http is not null "
+                         "and op not like 'tls_%'") == 0
+    assert scalar(trace, "select count(*) from requests where peer is null") == 0
+
+
+@pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone missing (apt-get install rclone)")
+def test_rclone_copy_over_https(s3, tmp_path):
+    port, d = s3
+    import boto3
+    s3c = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    sizes = {f"rc/{i:03d}.bin": 50_000 + 37 * i for i in range(N_OBJECTS)}
+    for k, n in sizes.items():
+        s3c.put_object(Bucket="data", Key=k, Body=os.urandom(n))
+    ca, cert, key = objstore.make_ca(tmp_path / "ca")
+    dst = tmp_path / "dst"
+    with objstore.proxy(port, d, throttle_every=3, tls=(cert, key)) as px:
+        env = go_env(ca) | {
+            "RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Other",
+            "RCLONE_CONFIG_S3_ENDPOINT": f"https://localhost:{px.port}",
+            "RCLONE_CONFIG_S3_ACCESS_KEY_ID": "testing",
+            "RCLONE_CONFIG_S3_SECRET_ACCESS_KEY": "testing",
+            "RCLONE_CONFIG_S3_REGION": "us-east-1", "RCLONE_CONFIG": "/dev/null"}
+        proc, trace = trace_run(tmp_path / "trace", shutil.which("rclone"), "copy",
+                                "s3:data/rc", str(dst), env=env)
+        seen = px.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = {f"rc/{p.name}": p.stat().st_size for p in dst.iterdir()}
+    assert got == sizes
+    check_against_proxy(trace, seen)
+    gets = rows(trace, """select key, bytes from requests where s3_op = 'GetObject'
+                          and status = 200 order by key""")
+    assert gets == sorted(sizes.items())
+    assert scalar(trace, "select count(*) from requests where s3_op = 'ListObjects' "
+                         "and status = 200") >= 1
+    # rclone first asks whether data/rc is an object: HEAD, 404
+    assert rows(trace, "select method, key, status from requests where status = 404") == [
+        ("HEAD", "rc", 404)]
+    # probed before it started (the command's own binary)
+    probes = trace.meta["probes"]["attached"]
+    assert f"TLS Go crypto/tls.(*Conn).Read ({shutil.which('rclone')})" in probes, probes
+
+
+@pytest.mark.skipif(not GO_S3.exists(), reason="build/go-s3-client not built (make test builds "
+                                                "it with Go)")
+def test_minio_go_over_https(s3, tmp_path):
+    """A Go program on minio-go (this machine's Go, not stripped): puts, a
+    list, gets and range gets, each request with its status and bytes."""
+    port, d = s3
+    ca, cert, key = objstore.make_ca(tmp_path / "ca")
+    did_path = tmp_path / "did.json"
+    with objstore.proxy(port, d, throttle_every=4, tls=(cert, key)) as px:
+        proc, trace = trace_run(tmp_path / "trace", str(GO_S3), "--endpoint",
+                                f"https://localhost:{px.port}", "--objects", "10",
+                                "--out", str(did_path), env=go_env(ca))
+        seen = px.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    did = json.loads(did_path.read_text())
+    check_against_proxy(trace, seen)
+    for op, kind in (("PutObject", "puts"), ("GetObject", "gets")):
+        assert rows(trace, f"""select key, bytes from requests where s3_op = '{op}'
+                              and status = 200 order by key""") == \
+            [tuple(x) for x in sorted(did[kind])], op
+    assert rows(trace, """select key, range, bytes from requests where status = 206
+                          order by ts_ns""") == [(k, "bytes=100-1099", n) for k, n in did["ranges"]]
+    assert scalar(trace, "select count(*) from requests where s3_op = 'ListObjects'") == 1
+    # the summary's endpoint, as for OpenSSL clients
+    s = json.loads(iotrace_cmd("summary", str(trace.root), "--format", "json").stdout)
+    (ep,) = s["endpoints"]
+    assert ep["requests"] == seen["requests"] and ep["throttled"] == seen["throttled"], ep
+    assert s["opaque_connections"] == []
+
+
+@pytest.mark.skipif(not GO_S3.exists(), reason="build/go-s3-client not built")
+def test_no_go_tls_leaves_the_connections_opaque(s3, tmp_path):
+    port, d = s3
+    ca, cert, key = objstore.make_ca(tmp_path / "ca")
+    with objstore.proxy(port, d, tls=(cert, key)) as px:
+        proc, trace = trace_run(tmp_path / "trace", str(GO_S3), "--endpoint",
+                                f"https://localhost:{px.port}", "--objects", "3",
+                                "--ranges", "0", env=go_env(ca), extra=("--no-go-tls",))
+        seen = px.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert scalar(trace, "select count(*) from requests") == 0
+    skipped = {sk["probe"]: sk["why"] for sk in trace.meta["probes"]["skipped"]}
+    assert skipped.get("TLS Go crypto/tls") == "turned off (--no-go-tls)", skipped
+    assert not any("Go crypto/tls" in p for p in trace.meta["probes"]["attached"])
+    s = json.loads(iotrace_cmd("summary", str(trace.root), "--format", "json").stdout)
+    (op,) = s["opaque_connections"]
+    assert (op["host"], op["port"]) == ("127.0.0.1", px.port)
+    assert seen["requests"] == 3 + 1 + 3
