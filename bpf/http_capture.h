@@ -6,8 +6,9 @@
  * A send or receive on an IPv4/IPv6 socket whose data starts like an HTTP
  * message (a request line, a status line, or an XML body such as an S3
  * error) carries its first IOT_HTTP_CAP bytes as the record's payload
- * (IOT_EF_NET_DATA). Every other socket call costs one 4-byte read of the
- * buffer. A connect carries the peer's sockaddr (IOT_EF_NET_ADDR).
+ * (IOT_EF_NET_DATA), and so does a send of a TLS ClientHello (the
+ * connection's server name and ALPN). Every other socket call costs one
+ * 4-byte read of the buffer (a send, 6 bytes). A connect carries the peer's sockaddr (IOT_EF_NET_ADDR).
  * tls.bpf.c uses the same test on the plaintext of TLS calls.
  */
 #ifndef IOTRACE_HTTP_CAPTURE_H
@@ -41,6 +42,25 @@ static __always_inline bool http_buffer(__u64 buf, __u64 len)
 	if (!buf || len < 4 || bpf_probe_read_user(&w, sizeof(w), (void *)buf))
 		return false;
 	return http_start(w);
+}
+
+static __always_inline bool is_send_op(__u16 op)
+{
+	return op == IOT_WRITE || op == IOT_WRITEV || op == IOT_SENDTO || op == IOT_SENDMSG;
+}
+
+/*
+ * A TLS ClientHello on its way out: a handshake record (0x16, version 3.x)
+ * whose message is a ClientHello (type 1). Its server name (SNI) and ALPN
+ * protocols name the connection even when its plaintext is not seen.
+ */
+static __always_inline bool tls_client_hello(__u64 buf, __u64 len)
+{
+	__u8 h[6] = {};
+
+	if (!buf || len < 48 || bpf_probe_read_user(h, sizeof(h), (void *)buf))
+		return false;
+	return h[0] == 0x16 && h[1] == 3 && h[2] <= 4 && h[5] == 1;
 }
 
 /* The first buffer of a socket call and its length: the call's own buffer,

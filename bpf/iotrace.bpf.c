@@ -1013,7 +1013,7 @@ static __always_inline bool emit_inet(struct inflight *st, __u16 op, __u64 now, 
 		buf = sock_call_buffer(op, st->a, &len);
 		if (len > (__u64)ret)
 			len = ret;
-		if (!http_buffer(buf, len))
+		if (!http_buffer(buf, len) && !(is_send_op(op) && tls_client_hello(buf, len)))
 			return false;
 		flag = IOT_EF_NET_DATA;
 	}

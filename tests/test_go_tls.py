@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def check_against_proxy(trace, seen: dict) -> None:
         (True, "go-crypto/tls")]
     # over the wire only ciphertext: the HTTP came from the TLS plaintext
     assert scalar(trace, "select count(*) from events where http is not null "
-                         "and op not like 'tls_%'") == 0
+                         "and op not like 'tls_%' and http not like 'TLS ClientHello%'") == 0
     assert scalar(trace, "select count(*) from requests where peer is null") == 0
 
 
@@ -148,3 +149,41 @@ def test_no_go_tls_leaves_the_connections_opaque(s3, tmp_path):
     (op,) = s["opaque_connections"]
     assert (op["host"], op["port"]) == ("127.0.0.1", px.port)
     assert seen["requests"] == 3 + 1 + 3
+    # still named: the server name of each connection's ClientHello
+    assert op["server_name"] == "localhost" and op["tls_connections"] == op["connections"], op
+    assert op["connections"] == scalar(trace, "select count(*) from connections "
+                                              f"where peer_port = {px.port}")
+
+
+HELLO_CLIENT = """
+import http.client, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+ctx.set_alpn_protocols(["h2", "http/1.1"])
+for _ in range(3):
+    c = http.client.HTTPSConnection("localhost", int(sys.argv[1]), context=ctx, timeout=30)
+    c.request("GET", "/data?list-type=2")
+    c.getresponse().read()
+    c.close()
+"""
+
+
+def test_opaque_tls_named_by_its_client_hello(s3, tmp_path):
+    """TLS iotrace does not read (here: --no-tls) is still named per
+    connection by its ClientHello: the server name, and the ALPN protocols
+    offered, h2 first (an HTTP/2 client, as gRPC's are)."""
+    port, d = s3
+    ca, cert, key = objstore.make_ca(tmp_path / "ca")
+    with objstore.proxy(port, d, tls=(cert, key)) as px:
+        proc, trace = trace_run(tmp_path / "trace", sys.executable, "-c", HELLO_CLIENT,
+                                str(px.port), str(ca), extra=("--no-tls",))
+        seen = px.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seen["requests"] == 3
+    assert rows(trace, f"select server_name, alpn, tls from connections where peer_port = {px.port}") \
+        == [("localhost", "h2,http/1.1", True)] * 3
+    s = json.loads(iotrace_cmd("summary", str(trace.root), "--format", "json").stdout)
+    (op,) = s["opaque_connections"]
+    assert (op["server_name"], op["alpn"], op["http2_offered"], op["connections"]) == (
+        "localhost", "h2,http/1.1", 3, 3), op
+    text = iotrace_cmd("summary", str(trace.root)).stdout
+    assert f"to 127.0.0.1:{px.port} (localhost, offers h2,http/1.1): 3" in text, text

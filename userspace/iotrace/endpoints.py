@@ -41,10 +41,16 @@ order by a.bytes_received + a.bytes_sent desc, a.requests desc
 """
 
 # Connections on which no HTTP message was read: TLS the probes did not see
-# (a statically linked or non-OpenSSL/GnuTLS client: AWS CRT's s2n, Go), or
-# not HTTP at all.
+# (a client whose TLS is neither OpenSSL, GnuTLS nor Go's: AWS CRT's s2n,
+# rustls), HTTP/2, or not HTTP at all. A TLS one is named by the server name
+# and ALPN protocols of its ClientHello.
 OPAQUE_SQL = """
-select peer_ip as host, peer_port as port, count(*) as connections,
+select peer_ip as host, peer_port as port,
+       string_agg(distinct server_name, ',' order by server_name) as server_name,
+       string_agg(distinct alpn, ' | ' order by alpn) as alpn,
+       count(*) filter (where tls) as tls_connections,
+       count(*) filter (where alpn like 'h2%') as http2_offered,
+       count(*) as connections,
        sum(bytes_received) as bytes_received, sum(bytes_sent) as bytes_sent,
        sum(call_ns) / 1e9 as call_s, count(distinct pid) as processes
 from connections
@@ -79,8 +85,12 @@ def endpoints(t: Trace) -> dict:
             "ttfb_ms_p50": d["ttfb_ms_p50"], "duration_ms_p50": d["dur_ms_p50"],
             "duration_ms_p99": d["dur_ms_p99"], "processes": d["processes"],
         })
+    cols = {r[0] for r in t.con.execute("describe connections").fetchall()}
+    sql = OPAQUE_SQL if "server_name" in cols else OPAQUE_SQL.replace(
+        "from connections", "from (select *, null::varchar as server_name, "
+                            "null::varchar as alpn from connections)")  # a trace made before
     opaque = [dict(zip([c[0] for c in t.con.description], row))
-              for row in t.con.execute(OPAQUE_SQL).fetchall()]
+              for row in t.con.execute(sql).fetchall()]
     for o in opaque:
         o["bytes_received"], o["bytes_sent"] = int(o["bytes_received"]), int(o["bytes_sent"])
     return {"endpoints": out, "requests_total": sum(e["requests"] for e in out),

@@ -18,7 +18,13 @@ when it lies within the captured bytes, so that the body bytes of the call
 are known; `x-iotrace-xml` is the root element of an XML body and
 `x-iotrace-code` its `<Code>` (an S3 error's: SlowDown, NoSuchKey...);
 `x-iotrace-aws: 1` marks a request signed for AWS's API (an S3 request, or
-one of a store that speaks it).
+one of a store that speaks it). A TLS ClientHello sent on a socket is kept as
+its server name (SNI) and ALPN protocols, which name a connection whose
+plaintext is not seen:
+
+    TLS ClientHello
+    sni: bucket.s3.us-east-1.amazonaws.com
+    alpn: h2,http/1.1
 """
 from __future__ import annotations
 
@@ -62,8 +68,49 @@ def _xml_facts(body: bytes) -> list[str]:
     return out
 
 
+def client_hello(data: bytes) -> Optional[str]:
+    """A TLS ClientHello's server name and ALPN protocols, as
+    "TLS ClientHello\nsni: NAME\nalpn: h2,http/1.1" (either line absent when
+    the hello has no such extension, or it lies past the captured bytes);
+    None if data is not a ClientHello."""
+    if len(data) < 44 or data[0] != 0x16 or data[1] != 3 or data[5] != 1:
+        return None
+    out = ["TLS ClientHello"]
+    try:
+        p = 5 + 4 + 2 + 32                       # record, handshake headers, version, random
+        p += 1 + data[p]                          # session id
+        p += 2 + int.from_bytes(data[p:p + 2], "big")   # cipher suites
+        p += 1 + data[p]                          # compression methods
+        end = min(len(data), p + 2 + int.from_bytes(data[p:p + 2], "big"))
+        p += 2
+        while p + 4 <= end:
+            kind, n = int.from_bytes(data[p:p + 2], "big"), int.from_bytes(data[p + 2:p + 4], "big")
+            body = data[p + 4:p + 4 + n]
+            if len(body) < n:
+                break                             # cut at the capture's end
+            if kind == 0 and n >= 5 and body[2] == 0:      # server_name: host_name
+                ln = int.from_bytes(body[3:5], "big")
+                name = body[5:5 + ln].decode("ascii", "replace")
+                if re.fullmatch(r"[A-Za-z0-9._-]{1,253}", name):
+                    out.append(f"sni: {name}")
+            elif kind == 16 and n >= 2:                    # ALPN
+                protos, q = [], 2
+                while q < n:
+                    ln = body[q]
+                    protos.append(body[q + 1:q + 1 + ln].decode("ascii", "replace"))
+                    q += 1 + ln
+                out.append("alpn: " + ",".join(protos[:8]))
+            p += 4 + n
+    except IndexError:
+        pass
+    return "\n".join(out)
+
+
 def summarize(data: bytes) -> Optional[str]:
-    """The kept part of a captured message start, or None if it is not HTTP."""
+    """The kept part of a captured message start, or None if it is not HTTP
+    (a TLS ClientHello: its server name and ALPN, client_hello)."""
+    if data[:2] == b"\x16\x03":
+        return client_hello(data)
     if data.startswith((b"<?xml", b"<Error")):
         facts = _xml_facts(data)
         return "\n".join(["XML"] + facts) if facts else None

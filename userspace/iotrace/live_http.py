@@ -74,8 +74,9 @@ class Requests:
                 # an S3 error's code, where its XML body came in the same capture
                 self._answer(key, int(first.split(" ")[1]), _header(text, "x-iotrace-code"),
                              job_of, out)
-            elif first == "XML":
-                continue                    # a body read apart from its head: answered already
+            elif first in ("XML", "TLS ClientHello"):
+                continue                    # a body read apart from its head (answered
+                                            # already), or a TLS handshake's start
             else:
                 method, target = first.split(" ")[:2]
                 endpoint = _header(text, "host") or "unknown"

@@ -231,7 +231,9 @@ with act as (
            count(*) filter (where not sending and not tls) as recv_calls,
            sum(dur_ns) filter (where not tls) as call_ns,
            max(ts_ns + dur_ns) as last_ns,
-           bool_or(tls) as tls
+           bool_or(tls) as tls,
+           arg_min(http, ts_ns) filter (where sending and not tls
+                                        and http like 'TLS ClientHello%') as hello
     from _numbered where conn_ts is not null group by all
 ),
 req as (
@@ -256,9 +258,11 @@ select c.ts_ns, c.pid, c.tid, c.fd, c.peer,
        coalesce(a.bytes_received, 0)::bigint as bytes_received,
        coalesce(a.send_calls, 0) as send_calls, coalesce(a.recv_calls, 0) as recv_calls,
        coalesce(a.call_ns, 0)::bigint as call_ns,
-       coalesce(a.tls, false) as tls,
+       coalesce(a.tls, false) or a.hello is not null as tls,
        coalesce(r.requests, 0) as requests,
-       regexp_replace(r.host_header, ':\\d+$', '') as host
+       regexp_replace(r.host_header, ':\\d+$', '') as host,
+       nullif(regexp_extract(a.hello, '\nsni: ([^\n]*)', 1), '') as server_name,
+       nullif(regexp_extract(a.hello, '\nalpn: ([^\n]*)', 1), '') as alpn
 from _connects c
 left join act a on a.pid = c.pid and a.fd = c.fd and a.conn_ts = c.ts_ns
 left join req r on r.pid = c.pid and r.fd = c.fd and r.conn_ts = c.ts_ns

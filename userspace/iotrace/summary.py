@@ -239,10 +239,18 @@ def print_endpoints(t: Trace, console: Console) -> None:
             f"{f['http_requests']:,} HTTP requests ({human_bytes(f['http_bytes'])}) "
             f"made while serving them")
     for o in ep["opaque_connections"]:
+        named = ""
+        if o.get("server_name") or o.get("alpn"):
+            named = " (" + ", ".join(x for x in (
+                o.get("server_name"), o.get("alpn") and f"offers {o['alpn']}") if x) + ")"
+        why = ("TLS iotrace does not see" if o.get("tls_connections") else
+               "TLS iotrace does not see, or not HTTP")
+        if o.get("http2_offered"):
+            why = "HTTP/2 offered, which iotrace does not parse, or TLS it does not see"
         console.print(
-            f"  [yellow]connections not read as HTTP[/yellow] to {o['host']}:{o['port']}: "
-            f"{o['connections']} ({human_bytes(o['bytes_received'])} in, "
-            f"{human_bytes(o['bytes_sent'])} out; TLS iotrace does not see, or not HTTP)")
+            f"  [yellow]connections not read as HTTP[/yellow] to {o['host']}:{o['port']}"
+            f"{named}: {o['connections']} ({human_bytes(o['bytes_received'])} in, "
+            f"{human_bytes(o['bytes_sent'])} out; {why})")
 
 
 def print_storage(t: Trace, console: Console) -> None:
