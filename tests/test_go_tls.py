@@ -129,6 +129,11 @@ def test_minio_go_over_https(s3, tmp_path):
     (ep,) = s["endpoints"]
     assert ep["requests"] == seen["requests"] and ep["throttled"] == seen["throttled"], ep
     assert s["opaque_connections"] == []
+    # the findings, as for OpenSSL clients: the throttling, request for request
+    from test_object_storage import report_findings
+    f = report_findings(trace)["throttled"]
+    assert f["evidence"]["throttled"] == seen["throttled"]
+    assert f["evidence"]["by_status_and_code"] == {"503 SlowDown": seen["throttled"]}
 
 
 @pytest.mark.skipif(not GO_S3.exists(), reason="build/go-s3-client not built")
