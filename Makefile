@@ -146,14 +146,23 @@ $(GO_S3): tests/workloads/go_s3/main.go tests/workloads/go_s3/go.mod tests/workl
 		mv -f $(CURDIR)/$@.tmp $(CURDIR)/$@; \
 	else echo "make: no Go toolchain: the Go TLS tests will skip"; fi
 
-test: all test-deps $(VENV)/.workloads $(VENV)/.dlio $(GO_S3)
+# and a Go TLS ping-pong (bench/go_tls_loop, the standard library only): its
+# calls counted exactly, on both kernels
+GO_TLS_LOOP := $(BUILD)/go-tls-loop
+$(GO_TLS_LOOP): bench/go_tls_loop/main.go bench/go_tls_loop/go.mod
+	@mkdir -p $(BUILD)
+	@if [ -n "$(GO)" ]; then cd bench/go_tls_loop && $(GO) build -o $(CURDIR)/$@.tmp . && \
+		mv -f $(CURDIR)/$@.tmp $(CURDIR)/$@; \
+	else echo "make: no Go toolchain: the Go TLS tests will skip"; fi
+
+test: all test-deps $(VENV)/.workloads $(VENV)/.dlio $(GO_S3) $(GO_TLS_LOOP)
 	@test -x $(PKG_SAMPLER) || { echo "make test: the Python stack sampler is not built (cargo missing?)" >&2; exit 1; }
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
 	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS) tests
 
 # Only the second-kernel tests: Debian's 6.1 kernel under QEMU with an NFS server
 # on loopback (about 3 minutes under software emulation; also part of `make test`).
-test-vm: all test-deps $(VENV)/.workloads
+test-vm: all test-deps $(VENV)/.workloads $(GO_TLS_LOOP)
 	$(PY) -m pytest -ra -s tests/test_vm.py
 
 demo: all

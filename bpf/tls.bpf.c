@@ -158,7 +158,7 @@ int iot_tls_return(struct pt_regs *ctx)
  * and the error's type word in RBX at the return). A goroutine that blocks
  * in Read may come back on another thread, so a call is keyed by the
  * goroutine (its g, in R14), not the thread. The recorder probes each RET
- * instruction of the two functions with iot_gotls_return (go_tls.h).
+ * instruction of Read with iot_gotls_return (go_tls.h).
  */
 struct go_key {
 	__u64 g;
@@ -184,12 +184,17 @@ int iot_gotls_enter(struct pt_regs *ctx)
 	if (!traced_tgid(k.tgid))
 		return 0;
 	k.g = ctx->r14;
-	/* a stack grown at the entry calls the function again: same call */
 	call.ts = bpf_ktime_get_ns();
 	call.cookie = bpf_get_attach_cookie(ctx);
 	call.session = ctx->ax;
 	call.buf = ctx->bx;
 	call.len = ctx->cx;
+	/* Write is recorded here, with the bytes asked for: it writes them all
+	 * or fails (a failure breaks the connection), and a probe at its
+	 * returns would double its cost. Its record has no duration. */
+	if ((__u16)call.cookie == IOT_TLS_WRITE)
+		return emit_tls(&call, pid_tgid, (__s64)call.len);
+	/* a stack grown at the entry calls the function again: same call */
 	bpf_map_update_elem(&gotls_inflight, &k, &call, BPF_ANY);
 #endif
 	return 0;

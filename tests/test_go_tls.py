@@ -22,6 +22,7 @@ pytest.importorskip("boto3")
 pytestmark = needs_root()
 
 GO_S3 = ROOT / "build" / "go-s3-client"
+GO_TLS_LOOP = ROOT / "build" / "go-tls-loop"
 N_OBJECTS = 12
 
 
@@ -61,6 +62,31 @@ def check_against_proxy(trace, seen: dict) -> None:
     assert scalar(trace, "select count(*) from events where http is not null "
                          "and op not like 'tls_%' and http not like 'TLS ClientHello%'") == 0
     assert scalar(trace, "select count(*) from requests where peer is null") == 0
+
+
+@pytest.mark.skipif(not GO_TLS_LOOP.exists(), reason="build/go-tls-loop not built (make test "
+                                                      "builds it with Go)")
+def test_go_tls_calls_exact(tmp_path):
+    """A Go program (the standard library only) exchanging 200-byte requests
+    and replies over crypto/tls with a server in the same process: every
+    Read and Write of both ends, and their plaintext bytes, exactly; each
+    request's start captured. Cheap enough for the 6.1 VM, where the probes
+    go in one at a time (no uprobe_multi links before 6.6)."""
+    n = 500
+    proc, trace = trace_run(tmp_path / "trace", str(GO_TLS_LOOP), "loop", str(n))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the handshake moves no plaintext through Read/Write: only the pairs
+    got = rows(trace, """select op, count(*), sum(ret), count(http) filter (where http
+                         like 'GET /bucket/key HTTP/1.1%'), count(http) filter (where http
+                         like 'HTTP/1.1 200%') from events where op like 'tls_%'
+                         and ret > 0 group by 1 order by 1""")
+    assert got == [("tls_read", 2 * n, 400 * n, n, n), ("tls_write", 2 * n, 400 * n, n, n)], got
+    assert scalar(trace, "select count(distinct flags) from events where op like 'tls_%'") == 1
+    assert scalar(trace, "select count(*) from requests") == n
+    assert rows(trace, "select distinct tls_library, status from requests") == [
+        ("go-crypto/tls", 200)]
+    attached = trace.meta["probes"]["attached"]
+    assert f"TLS Go crypto/tls.(*Conn).Read ({GO_TLS_LOOP})" in attached, attached
 
 
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone missing (apt-get install rclone)")

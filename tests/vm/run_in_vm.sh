@@ -87,6 +87,7 @@ else
         tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
         "tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact[auto]" \
         "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
+        tests/test_go_tls.py::test_go_tls_calls_exact \
         --deselect tests/test_hooks.py::test_bad_setting_is_one_line
     # Left to the host (the suite's 30-minute budget; the same probes as above on
     # 6.1): SQPOLL, the memmap read-around finding, plain-HTTP request parsing.

@@ -141,7 +141,7 @@ static int attach_go_func(struct tls_lib *l, const struct go_tls_func *f, __u64 
 	unsigned long entry = (unsigned long)f->entry;
 
 	if (use_multi) {
-		int fds[2];
+		int fds[2] = { -1, -1 };
 
 		for (int i = 0; i < f->nrets; i++) {
 			rets[i] = (unsigned long)f->rets[i];
@@ -150,14 +150,17 @@ static int attach_go_func(struct tls_lib *l, const struct go_tls_func *f, __u64 
 		fds[0] = link_uprobe_offsets(obj->progs.iot_gotls_enter, l->path, &entry, &cookie, 1);
 		if (fds[0] < 0)
 			return fds[0];
-		fds[1] = link_uprobe_offsets(obj->progs.iot_gotls_return, l->path, rets, cookies,
-					     (__u32)f->nrets);
-		if (fds[1] < 0) {
-			close(fds[0]);
-			return fds[1];
+		if (f->nrets) {
+			fds[1] = link_uprobe_offsets(obj->progs.iot_gotls_return, l->path, rets,
+						     cookies, (__u32)f->nrets);
+			if (fds[1] < 0) {
+				close(fds[0]);
+				return fds[1];
+			}
 		}
-		l->go_fds[l->ngo_fds++] = fds[0];
-		l->go_fds[l->ngo_fds++] = fds[1];
+		for (int k = 0; k < 2; k++)
+			if (fds[k] >= 0)
+				l->go_fds[l->ngo_fds++] = fds[k];
 		return 0;
 	}
 	for (int i = -1; i < f->nrets; i++) {
@@ -234,8 +237,10 @@ static bool add_go(const char *path, const char *shown)
 	for (int k = 0; k < 2; k++) {
 		const struct go_tls_func *fn = k ? &f.write : &f.read;
 		__u64 cookie = (k ? IOT_TLS_WRITE : IOT_TLS_READ) | COOKIE_LIB(IOT_TLS_LIB_GO);
+		struct go_tls_func entry_only = { .entry = fn->entry };
 
-		err = attach_go_func(l, fn, cookie);
+		/* Write is recorded at its entry (tls.bpf.c): its RETs are not probed */
+		err = attach_go_func(l, k ? &entry_only : fn, cookie);
 		if (err)
 			snprintf(l->probes[k].why, sizeof(l->probes[k].why),
 				 "uprobe attach failed: %s", strerror(-err));
