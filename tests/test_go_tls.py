@@ -89,6 +89,29 @@ def test_go_tls_calls_exact(tmp_path):
     assert f"TLS Go crypto/tls.(*Conn).Read ({GO_TLS_LOOP})" in attached, attached
 
 
+@pytest.mark.skipif(not GO_TLS_LOOP.exists(), reason="build/go-tls-loop not built")
+def test_go_program_the_job_starts_is_probed_and_late_said(tmp_path):
+    """A Go program a job's shell starts is probed at its exec: the calls it
+    made before are not in the trace, and the trace says how late the probes
+    came; the program's next run is seen whole."""
+    n1, n2 = 20000, 500
+    proc, trace = trace_run(tmp_path / "trace", "sh", "-c",
+                            f"{GO_TLS_LOOP} loop {n1}; {GO_TLS_LOOP} loop {n2}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    per_pid = rows(trace, """select pid, count(*) filter (where op = 'tls_read'),
+                             count(*) filter (where op = 'tls_write') from events
+                             where op like 'tls_%' and ret > 0 group by 1 order by min(ts_ns)""")
+    assert len(per_pid) == 2, per_pid
+    (first, r1, w1), (second, r2, w2) = per_pid
+    assert (r2, w2) == (2 * n2, 2 * n2)
+    assert 0 < r1 <= 2 * n1 and 0 < w1 <= 2 * n1
+    (late,) = trace.meta["probes"]["tls_probed_after_start"]
+    assert late["pid"] == first and late["path"] == str(GO_TLS_LOOP) and late["after_ms"] > 0
+    assert trace.meta["probes"]["tls_libraries_mapped"] == [str(GO_TLS_LOOP)]
+    text = iotrace_cmd("summary", str(trace.root)).stdout
+    assert f"TLS seen late: {GO_TLS_LOOP} (pid {first})" in text
+
+
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone missing (apt-get install rclone)")
 def test_rclone_copy_over_https(s3, tmp_path):
     port, d = s3

@@ -263,9 +263,18 @@ class Session:
         elif kind == "joined":      # a process entered the followed cgroup
             if msg["pid"] not in self.model.procs:
                 procfs.snapshot_process(self.model, msg["pid"], msg["monotonic_ns"])
-        elif kind == "tls-library":   # a TLS library the job mapped, probed from now on
+        elif kind == "tls-library":   # a TLS library the job mapped, or a Go program it ran
             probes = self.meta.setdefault("probes", {})
-            probes.setdefault("tls_libraries_mapped", []).append(msg["path"])
+            if msg.get("probes", 1):
+                probes.setdefault("tls_libraries_mapped", []).append(msg["path"])
+            else:
+                probes.setdefault("skipped", []).append(
+                    {"probe": f"TLS ({msg['path']})", "why": msg.get("why") or "not attached"})
+            if msg.get("after_exec_ms", -1) >= 0:
+                # a program found at its exec: its TLS calls before then are not seen
+                probes.setdefault("tls_probed_after_start", []).append(
+                    {"path": msg["path"], "pid": msg.get("pid"),
+                     "after_ms": round(msg["after_exec_ms"], 1)})
         elif kind == "exec-error":
             self.exec_errno = msg["errno"]
         elif kind == "error":

@@ -319,8 +319,12 @@ static int on_record(void *ctx, void *data, size_t size)
 	tot.events++;
 	if (e->op == IOT_MMAP && (e->mode & 4 /* PROT_EXEC */) && e->ret >= 0)
 		tls_note_exec_map(e->pid);  /* a library, maybe a TLS one: probe it */
-	else if (e->op == IOT_PROC_EXEC)
-		tls_note_exec(e->pid);      /* a new program, maybe Go: at once */
+	else if (e->op == IOT_PROC_EXEC) {
+		char argv0[512];
+
+		snprintf(argv0, sizeof(argv0), "%.*s", (int)e->str_len, (const char *)data + sizeof(*e));
+		tls_note_exec(e->pid, e->ts_ns, argv0);   /* a new program, maybe Go: at once */
+	}
 	if (e->ret > 0) {
 		if (is_read_op(e->op))
 			tot.bytes_read += e->ret;
@@ -780,13 +784,18 @@ static void usage(FILE *f)
 		"  --verbose          libbpf debug output\n");
 }
 
-/* A TLS library a traced process mapped, probed from now on. */
-static void tls_probed(const char *path, int nprobes)
+/* A TLS library a traced process mapped, or a Go program it ran: probed
+ * from now on, or not (why); a program found at its exec ran after_exec_ns
+ * unprobed. */
+static void tls_probed(const char *path, int attached, const char *why, long long after_exec_ns,
+		       int pid)
 {
-	char esc[1024];
+	char esc[1024], wesc[400];
 
-	status("{\"type\":\"tls-library\",\"path\":\"%s\",\"probes\":%d}",
-	       json_escape(path, esc, sizeof(esc)), nprobes);
+	status("{\"type\":\"tls-library\",\"path\":\"%s\",\"probes\":%d,\"why\":\"%s\","
+	       "\"after_exec_ms\":%.3f,\"pid\":%d}",
+	       json_escape(path, esc, sizeof(esc)), attached, json_escape(why, wesc, sizeof(wesc)),
+	       after_exec_ns < 0 ? -1.0 : after_exec_ns / 1e6, pid);
 }
 
 static int parse_args(int argc, char **argv)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <bpf/libbpf.h>
@@ -39,6 +40,8 @@ struct tls_lib {
 	int go_fds[4];
 	int ngo_fds;
 	bool said;              /* announced (or probed before the job started) */
+	long long late_ns;      /* found at a process's exec: how long after it (else 0) */
+	int exec_pid;
 };
 
 static struct tls_bpf *obj;
@@ -250,31 +253,34 @@ static bool add_go(const char *path, const char *shown)
 	return l->probes[0].in_multi || l->probes[1].in_multi;
 }
 
-void tls_probe_command(const char *cmd)
+/* A program by the name it was run with (a path, or looked up in PATH as
+ * execvp does); true when a Go binary was found and added. */
+static bool probe_by_name(const char *cmd)
 {
 	char found[4096];
 	const char *path = getenv("PATH");
 
 	if (!obj || !go_tls || !cmd || !*cmd)
-		return;
-	if (strchr(cmd, '/')) {
-		if (add_go(cmd, cmd))
-			libs[nlibs - 1].said = true;
-		return;
-	}
+		return false;
+	if (strchr(cmd, '/'))
+		return add_go(cmd, cmd);
 	/* as execvp will look for it */
 	for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p; ) {
 		const char *end = strchr(p, ':');
 		int n = end ? (int)(end - p) : (int)strlen(p);
 
 		snprintf(found, sizeof(found), "%.*s/%s", n ? n : 1, n ? p : ".", cmd);
-		if (access(found, X_OK) == 0) {
-			if (add_go(found, found))
-				libs[nlibs - 1].said = true;
-			return;
-		}
+		if (access(found, X_OK) == 0)
+			return add_go(found, found);
 		p = end ? end + 1 : NULL;
 	}
+	return false;
+}
+
+void tls_probe_command(const char *cmd)
+{
+	if (probe_by_name(cmd))
+		libs[nlibs - 1].said = true;   /* in the ready status's probes */
 }
 
 void tls_start(struct bpf_object *core, const char *const *given, bool multi, bool http_only,
@@ -339,21 +345,33 @@ void tls_note_exec_map(int pid)
 		noted[nnoted++] = pid;
 }
 
-void tls_note_exec(int pid)
+void tls_note_exec(int pid, __u64 exec_ns, const char *argv0)
 {
 	char exe[64], target[1024], root_path[1200];
+	int before = nlibs;
 	ssize_t n;
 
 	if (!obj || !go_tls)
 		return;
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
 	n = readlink(exe, target, sizeof(target) - 1);
-	if (n <= 0)
-		return;
-	target[n] = 0;
-	/* the file itself, whatever its name (deleted, another namespace) */
-	snprintf(root_path, sizeof(root_path), "/proc/%d/exe", pid);
-	add_go(root_path, target);     /* said at the next tls_scan */
+	if (n > 0) {
+		target[n] = 0;
+		/* the file itself, whatever its name (deleted, another namespace) */
+		snprintf(root_path, sizeof(root_path), "/proc/%d/exe", pid);
+		add_go(root_path, target);
+	} else if (argv0 && *argv0) {
+		/* gone already: its file, from its argv[0], for its next runs */
+		probe_by_name(argv0);
+	}
+	if (nlibs > before) {           /* a Go program: probed, or said why not */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);   /* bpf_ktime_get_ns's clock */
+		libs[before].late_ns = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec -
+				       (long long)exec_ns;   /* said at the next tls_scan */
+		libs[before].exec_pid = pid;
+	}
 }
 
 static void scan_pid(int pid)
@@ -383,7 +401,8 @@ static void scan_pid(int pid)
 	fclose(f);
 }
 
-void tls_scan(const int *pids, int npids, void (*said)(const char *, int))
+void tls_scan(const int *pids, int npids,
+	      void (*said)(const char *, int, const char *, long long, int))
 {
 	if (!obj)
 		return;
@@ -396,13 +415,20 @@ void tls_scan(const int *pids, int npids, void (*said)(const char *, int))
 		scan_pid(noted[i]);
 	nnoted = 0;
 	for (int i = 0; i < nlibs; i++) {
+		struct tls_lib *l = &libs[i];
 		int attached = 0;
+		const char *why = "";
 
-		for (int k = 0; k < libs[i].nprobes; k++)
-			attached += libs[i].probes[k].link || libs[i].probes[k].in_multi;
-		if (!libs[i].said && attached && said)
-			said(libs[i].shown, libs[i].nprobes);
-		libs[i].said = true;
+		for (int k = 0; k < l->nprobes; k++) {
+			attached += l->probes[k].link || l->probes[k].in_multi;
+			if (l->probes[k].why[0])
+				why = l->probes[k].why;
+		}
+		/* probed, or not with the reason; and for a program found at its
+		 * exec, how long it ran unprobed (its TLS calls then are not seen) */
+		if (!l->said && said)
+			said(l->shown, attached, why, l->exec_pid ? l->late_ns : -1, l->exec_pid);
+		l->said = true;
 	}
 }
 

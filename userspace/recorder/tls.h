@@ -32,17 +32,21 @@ void tls_probe_command(const char *cmd);
  * read at the next tls_scan. */
 void tls_note_exec_map(int pid);
 
-/* A traced process ran a new program (an exec record): its executable is
- * looked at now (a Go program's first TLS calls come soon after). */
-void tls_note_exec(int pid);
+/* A traced process ran a new program (an exec record, at exec_ns): its
+ * executable is looked at now (a Go program's first TLS calls come soon
+ * after; those before its probes are in are not seen, and said so). A
+ * process gone already is looked for by argv0, for the program's next runs. */
+void tls_note_exec(int pid, __u64 exec_ns, const char *argv0);
 
 /* Reads the maps of the processes noted since the last scan (and of pids,
  * the processes attached to, on the first call) and probes the TLS
- * libraries not probed yet; calls said(path, nprobes) for each. */
-void tls_scan(const int *pids, int npids, void (*said)(const char *path, int nprobes));
+ * libraries not probed yet; calls said(path, probes attached, why none,
+ * ns between the program's exec and its probes or -1, its pid) once for
+ * each file found since the job started. */
+void tls_scan(const int *pids, int npids,
+	      void (*said)(const char *path, int attached, const char *why, long long after_exec_ns,
+			   int pid));
 
-/* The TLS probes' items ("name", or {probe, why} of the skipped) appended
- * to the list all_probes_json writes (json_probes_append); the new end. */
 size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached);
 
 void tls_stop(void);
