@@ -102,7 +102,7 @@ $(BUILD)/vmlinux.h:
 BPF_OBJS := iotrace block aio netfs rdma verbs tls
 # the objects are kept (not removed as intermediates): the VM tests and bpftool use them
 .SECONDARY: $(BPF_OBJS:%=$(BUILD)/%.bpf.o) $(BUILD)/iotrace_direct.bpf.o
-RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c go_tls.c profile.c hooks.c core_object.c settings.c rings.c)
+RECORDER_SRC := $(addprefix userspace/recorder/,recorder.c objects.c probes.c elf_sym.c cgroup_follow.c tls.c go_tls.c prologue.c profile.c hooks.c core_object.c settings.c rings.c)
 
 BPF_HEADERS := bpf/iotrace.h bpf/shared_maps.h bpf/task_state.h bpf/user_iov.h bpf/http_capture.h bpf/profile.h bpf/syscall_hooks.h bpf/request_file.h bpf/libaio.h bpf/direct_reads.h
 BPF_CFLAGS := -g -O2 -Wall -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf

@@ -916,7 +916,10 @@ static __always_inline int emit_plain(struct inflight *st, __u16 op, __u64 now, 
 		return 0;
 	}
 	fill_common(e, st, op, now, pid_tgid, ret);
-	bpf_ringbuf_submit(e, rb_flags_at(e));
+	/* a file mapped executable may be a TLS library the job uses at once:
+	 * the recorder probes it when it reads this record, so wake it now */
+	bpf_ringbuf_submit(e, op == IOT_MMAP && (e->mode & 4 /* PROT_EXEC */) ?
+			      BPF_RB_FORCE_WAKEUP : rb_flags_at(e));
 	return 0;
 }
 

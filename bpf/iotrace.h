@@ -155,9 +155,10 @@ enum iot_op {
 	 * bytes, ino/dev = the file */
 	IOT_CACHE_FILL,
 	/* TLS library calls (bpf/tls.bpf.c: OpenSSL SSL_read/SSL_write and their
-	 * _ex forms, GnuTLS gnutls_record_recv/send, Go crypto/tls.(*Conn).Read/
-	 * Write), entry to return: arg = the session (SSL *, gnutls_session_t,
-	 * Go's *tls.Conn), req_bytes = buffer bytes, ret =
+	 * _ex forms, GnuTLS gnutls_record_recv/send, s2n_recv/s2n_send, Go
+	 * crypto/tls.(*Conn).Read/Write), entry to return: arg = the session
+	 * (SSL *, gnutls_session_t, struct s2n_connection *, Go's *tls.Conn),
+	 * req_bytes = buffer bytes, ret =
 	 * plaintext bytes moved (<= 0: the library's failure value), flags = the
 	 * library (IOT_TLS_LIB_*), fd = -1 (tied to the socket by the system call
 	 * the TLS call makes on the same thread); payload = the plaintext's first
@@ -222,6 +223,7 @@ struct iot_block_owner {
 #define IOT_TLS_LIB_OPENSSL 1
 #define IOT_TLS_LIB_GNUTLS  2
 #define IOT_TLS_LIB_GO      3  /* Go's crypto/tls, in the executable */
+#define IOT_TLS_LIB_S2N     4  /* AWS's s2n-tls (the AWS CRT: awscrt's _awscrt.so) */
 
 /*
  * One record per call or event, 96 bytes. A payload (paths, argv, name) of

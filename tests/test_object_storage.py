@@ -193,6 +193,39 @@ def test_boto3_tls(s3, tmp_path):
         sorted(f"GetObject {k}" for k, _ in did["gets"])
 
 
+def test_aws_crt_over_s2n(s3, tmp_path):
+    """The AWS Common Runtime's HTTP client (awscrt, as boto3's CRT transfer
+    uses it): TLS by s2n inside _awscrt.abi3.so, whose s2n_recv starts with
+    an instruction uprobes refuse (probed past it, at its RETs). Every GET
+    with its status and body bytes; each connection named by its SNI."""
+    pytest.importorskip("awscrt")
+    import boto3
+    port, d = s3
+    s3c = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    keys = [f"crt/{i}.bin" for i in range(8)]
+    for i, k in enumerate(keys):
+        s3c.put_object(Bucket="data", Key=k, Body=os.urandom(30_000 + 7 * i))
+    ca, cert, key = objstore.make_ca(tmp_path / "ca")
+    with objstore.proxy(port, d, throttle_every=3, tls=(cert, key)) as px:
+        proc, trace = trace_run(tmp_path / "trace", sys.executable, str(WORKLOADS / "crt_client.py"),
+                                str(px.port), str(ca), *keys)
+        seen = px.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert scalar(trace, "select count(*) from requests") == seen["requests"] == len(keys)
+    reqs = rows(trace, "select key, status, bytes from requests order by ts_ns")
+    assert [(k, st) for k, st, _ in reqs] == [(k, st) for k, st, _ in got]
+    assert [n for k, st, n in reqs if st == 200] == [n for k, st, n in got if st == 200]
+    assert sum(st == 503 for _, st, _ in got) == seen["throttled"] > 0
+    assert rows(trace, "select distinct tls_library from requests") == [("s2n",)]
+    assert scalar(trace, "select count(*) from requests where peer is null") == 0
+    assert rows(trace, f"select distinct server_name from connections "
+                       f"where peer_port = {px.port}") == [("localhost",)]
+    probes = trace.meta["probes"]
+    assert any(p.endswith("_awscrt.abi3.so") for p in probes["tls_libraries_mapped"]), probes
+
+
 def test_tls_without_probes_is_opaque(s3, tmp_path):
     """--no-tls: the HTTPS requests cannot be read; their connections and bytes
     are still there, and the summary says which endpoint was opaque."""

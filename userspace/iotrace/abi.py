@@ -149,7 +149,7 @@ def o_direct(arch: str | None) -> int:
 
 
 TLS_OPS = ("tls_read", "tls_write")
-TLS_LIBS = {1: "openssl", 2: "gnutls", 3: "go-crypto/tls"}
+TLS_LIBS = {1: "openssl", 2: "gnutls", 3: "go-crypto/tls", 4: "s2n"}
 
 AT_FDCWD = -100
 

@@ -176,7 +176,8 @@ select k.ts_ns,
        coalesce(k.end_ns - k.ts_ns, 0) as dur_ns,
        k.first_byte_ns - k.ts_ns as ttfb_ns,
        k.pid, k.tid, k.fd, k.stream, k.tls,
-       case k.tls_lib when 1 then 'openssl' when 2 then 'gnutls' when 3 then 'go-crypto/tls' end
+       case k.tls_lib when 1 then 'openssl' when 2 then 'gnutls' when 3 then 'go-crypto/tls'
+                     when 4 then 's2n' end
            as tls_library,
        k.method,
        case

@@ -192,9 +192,9 @@ def print_summary(t: Trace, console: Console) -> None:
             console.print(f"  [yellow]probes skipped[/yellow] ({why}): {', '.join(probes)}")
     for late in meta.get("probes", {}).get("tls_probed_after_start", []):
         console.print(f"  [yellow]TLS seen late:[/yellow] {late['path']} (pid {late['pid']}) was "
-                      f"probed {late['after_ms']:.0f} ms after it started; its TLS calls before "
-                      f"then are not in the trace (a program iotrace runs itself is probed "
-                      f"before it starts)")
+                      f"probed {late['after_ms']:.0f} ms after the process ran or loaded it; its "
+                      f"TLS calls before then are not in the trace (a program iotrace runs "
+                      f"itself, and the system's libraries, are probed before it starts)")
     for lib in meta.get("probes", {}).get("verbs_libraries_not_probed", []):
         console.print(f"  [yellow]RDMA verbs not traced:[/yellow] the job loaded {lib}, not the "
                       f"library probed; rerun with --verbs-lib {lib}")

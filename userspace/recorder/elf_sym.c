@@ -21,7 +21,7 @@ static Elf_Scn *find_section(Elf *elf, Elf64_Word type)
 	return NULL;
 }
 
-static long lookup(Elf *elf, const char *func)
+static long lookup(Elf *elf, const char *func, unsigned long *size)
 {
 	Elf_Scn *dynsym = find_section(elf, SHT_DYNSYM), *versym = find_section(elf, SHT_GNU_versym);
 	Elf_Data *syms, *vers = NULL;
@@ -49,12 +49,14 @@ static long lookup(Elf *elf, const char *func)
 		if (!gelf_getshdr(elf_getscn(elf, sym.st_shndx), &text))
 			return -EINVAL;
 		found = (long)(sym.st_value - text.sh_addr + text.sh_offset);
+		if (size)
+			*size = sym.st_size;
 		break;
 	}
 	return found;
 }
 
-long elf_default_func_offset(const char *path, const char *func)
+long elf_default_func(const char *path, const char *func, unsigned long *size)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	Elf *elf;
@@ -67,9 +69,14 @@ long elf_default_func_offset(const char *path, const char *func)
 		return -EINVAL;
 	}
 	elf = elf_begin(fd, ELF_C_READ, NULL);
-	off = elf && elf_kind(elf) == ELF_K_ELF ? lookup(elf, func) : -EINVAL;
+	off = elf && elf_kind(elf) == ELF_K_ELF ? lookup(elf, func, size) : -EINVAL;
 	if (elf)
 		elf_end(elf);
 	close(fd);
 	return off;
+}
+
+long elf_default_func_offset(const char *path, const char *func)
+{
+	return elf_default_func(path, func, NULL);
 }

@@ -14,4 +14,7 @@
  */
 long elf_default_func_offset(const char *path, const char *func);
 
+/* The same, and the function's size in bytes (its symbol's st_size). */
+long elf_default_func(const char *path, const char *func, unsigned long *size);
+
 #endif

@@ -318,7 +318,7 @@ static int on_record(void *ctx, void *data, size_t size)
 	sp.nrec++;
 	tot.events++;
 	if (e->op == IOT_MMAP && (e->mode & 4 /* PROT_EXEC */) && e->ret >= 0)
-		tls_note_exec_map(e->pid);  /* a library, maybe a TLS one: probe it */
+		tls_note_exec_map(e->pid, e->ts_ns);  /* a library, maybe a TLS one: probe it */
 	else if (e->op == IOT_PROC_EXEC) {
 		char argv0[512];
 

@@ -13,12 +13,13 @@
 #include <bpf/libbpf.h>
 #include "iotrace.h"
 #include "probes.h"
+#include "elf_sym.h"
 #include "go_tls.h"
+#include "prologue.h"
 #include "tls.h"
 #include "tls.skel.h"
 
 #define MAX_LIBS 32
-#define MAX_NOTED 256
 #define MAX_CHECKED 1024
 #define GO_MAX_LINKS (2 * (1 + GO_TLS_MAX_RETS))
 #define COOKIE_EX (1ULL << 16)
@@ -37,7 +38,7 @@ struct tls_lib {
 	 * uprobe_multi links per function */
 	struct bpf_link *go_links[GO_MAX_LINKS];
 	int ngo_links;
-	int go_fds[4];
+	int go_fds[8];
 	int ngo_fds;
 	bool said;              /* announced (or probed before the job started) */
 	long long late_ns;      /* found at a process's exec: how long after it (else 0) */
@@ -49,8 +50,6 @@ static bool use_multi;
 static struct tls_lib libs[MAX_LIBS];
 static int nlibs;
 static char off_reason[160];   /* why there are no TLS probes at all */
-static int noted[MAX_NOTED];
-static int nnoted;
 static bool scanned_initial;
 static bool go_tls;            /* probe Go's crypto/tls (--no-go-tls: not) */
 /* executables and libraries looked at for Go's crypto/tls and found without
@@ -67,7 +66,7 @@ static const char *const system_libs[] = {
 	NULL,
 };
 
-/* OpenSSL or GnuTLS, from the file's name (0: neither). */
+/* OpenSSL, GnuTLS or s2n, from the file's name (0: none). */
 static int lib_kind(const char *path)
 {
 	const char *base = strrchr(path, '/');
@@ -77,6 +76,9 @@ static int lib_kind(const char *path)
 		return IOT_TLS_LIB_OPENSSL;
 	if (strncmp(base, "libgnutls.so", 12) == 0 || strncmp(base, "libgnutls-", 10) == 0)
 		return IOT_TLS_LIB_GNUTLS;
+	/* s2n-tls: its own library, or linked into the AWS CRT's Python module */
+	if (strncmp(base, "libs2n.so", 9) == 0 || strncmp(base, "_awscrt.", 8) == 0)
+		return IOT_TLS_LIB_S2N;
 	return 0;
 }
 
@@ -88,6 +90,60 @@ static void set_probe(struct probe *p, const char *fn, const char *path, __u64 c
 	p->name = strdup(name);
 	p->tp = fn;
 	p->cookie = cookie;
+}
+
+static int attach_entry_and_rets(struct tls_lib *l, struct bpf_program *enter_prog,
+				 struct bpf_program *ret_prog, const struct go_tls_func *f,
+				 __u64 cookie);
+
+/* s2n's two functions, each at its entry and return, or, where its first
+ * instruction cannot be probed (the AWS CRT's build), past its prefixed
+ * pushes and at its RETs (prologue.h). Returns the probes attached. */
+static int attach_s2n(struct tls_lib *l)
+{
+	int attached = 0;
+
+	for (int k = 0; k < l->nprobes; k++) {
+		struct probe *p = &l->probes[k];
+		struct go_tls_func f = {};
+		unsigned long size = 0;
+		long off = elf_default_func(l->path, p->tp, &size);
+		int r;
+
+		if (off < 0) {
+			snprintf(p->why, sizeof(p->why), "%s: %s", l->shown,
+				 off == -ENOENT ? "does not export it" : strerror((int)-off));
+			continue;
+		}
+		r = prologue_probe_points(l->path, off, size, &f.entry, f.rets, GO_TLS_MAX_RETS,
+					  &f.nrets);
+		if (r == 0) {
+			int fds[2];
+
+			if (use_multi && !attach_uprobes_multi(obj->progs.iot_tls_enter,
+							       obj->progs.iot_tls_return, l->path, p,
+							       1, fds)) {
+				l->go_fds[l->ngo_fds++] = fds[0];
+				l->go_fds[l->ngo_fds++] = fds[1];
+			} else {
+				attach_uprobes(obj->progs.iot_tls_enter, obj->progs.iot_tls_return,
+					       l->path, p, 1);
+			}
+		} else if (r == 1) {
+			/* iot_tls_return reads RAX as at a return: a uprobe on a RET is one */
+			r = attach_entry_and_rets(l, obj->progs.iot_tls_enter, obj->progs.iot_tls_return,
+						  &f, p->cookie);
+			if (r)
+				snprintf(p->why, sizeof(p->why), "uprobe attach failed: %s", strerror(-r));
+			else
+				p->in_multi = true;  /* attached: its links are the lib's go_links/go_fds */
+		} else {
+			snprintf(p->why, sizeof(p->why), "its first instruction cannot be probed, nor "
+				 "past its prologue (%s)", strerror(-r));
+		}
+		attached += p->link || p->in_multi;
+	}
+	return attached;
 }
 
 /* Probes one library file; false when it is not one or is probed already. */
@@ -118,6 +174,13 @@ static bool add_lib(const char *path, const char *shown, int kind)
 		set_probe(&l->probes[3], "SSL_write_ex", l->shown,
 			  IOT_TLS_WRITE | COOKIE_EX | COOKIE_LIB(kind));
 		l->nprobes = 4;
+	} else if (kind == IOT_TLS_LIB_S2N) {
+		/* ssize_t s2n_recv/s2n_send(conn, buf, size, blocked) */
+		set_probe(&l->probes[0], "s2n_recv", l->shown, IOT_TLS_READ | COOKIE_LIB(kind));
+		set_probe(&l->probes[1], "s2n_send", l->shown, IOT_TLS_WRITE | COOKIE_LIB(kind));
+		l->nprobes = 2;
+		nlibs++;
+		return attach_s2n(l) > 0;
 	} else {
 		set_probe(&l->probes[0], "gnutls_record_recv", l->shown,
 			  IOT_TLS_READ | COOKIE_LIB(kind));
@@ -135,9 +198,12 @@ static bool add_lib(const char *path, const char *shown, int kind)
 	return attached > 0;
 }
 
-/* Probes one function of a Go binary: its entry and each RET, the cookie
- * the op. 0 when every probe is attached. */
-static int attach_go_func(struct tls_lib *l, const struct go_tls_func *f, __u64 cookie)
+/* Probes one function at an entry and at each RET (f->rets), with the
+ * programs given, the cookie the op: Go's functions, and C functions whose
+ * first instruction cannot be probed (prologue.h). 0 when all are attached. */
+static int attach_entry_and_rets(struct tls_lib *l, struct bpf_program *enter_prog,
+				 struct bpf_program *ret_prog, const struct go_tls_func *f,
+				 __u64 cookie)
 {
 	unsigned long rets[GO_TLS_MAX_RETS];
 	__u64 cookies[GO_TLS_MAX_RETS];
@@ -150,12 +216,11 @@ static int attach_go_func(struct tls_lib *l, const struct go_tls_func *f, __u64 
 			rets[i] = (unsigned long)f->rets[i];
 			cookies[i] = cookie;
 		}
-		fds[0] = link_uprobe_offsets(obj->progs.iot_gotls_enter, l->path, &entry, &cookie, 1);
+		fds[0] = link_uprobe_offsets(enter_prog, l->path, &entry, &cookie, 1);
 		if (fds[0] < 0)
 			return fds[0];
 		if (f->nrets) {
-			fds[1] = link_uprobe_offsets(obj->progs.iot_gotls_return, l->path, rets,
-						     cookies, (__u32)f->nrets);
+			fds[1] = link_uprobe_offsets(ret_prog, l->path, rets, cookies, (__u32)f->nrets);
 			if (fds[1] < 0) {
 				close(fds[0]);
 				return fds[1];
@@ -170,8 +235,7 @@ static int attach_go_func(struct tls_lib *l, const struct go_tls_func *f, __u64 
 		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = cookie);
 		struct bpf_link *link;
 
-		link = bpf_program__attach_uprobe_opts(i < 0 ? obj->progs.iot_gotls_enter :
-						       obj->progs.iot_gotls_return, -1, l->path,
+		link = bpf_program__attach_uprobe_opts(i < 0 ? enter_prog : ret_prog, -1, l->path,
 						       (size_t)(i < 0 ? f->entry : f->rets[i]), &o);
 		if (!link)
 			return -errno;
@@ -243,7 +307,8 @@ static bool add_go(const char *path, const char *shown)
 		struct go_tls_func entry_only = { .entry = fn->entry };
 
 		/* Write is recorded at its entry (tls.bpf.c): its RETs are not probed */
-		err = attach_go_func(l, k ? &entry_only : fn, cookie);
+		err = attach_entry_and_rets(l, obj->progs.iot_gotls_enter, obj->progs.iot_gotls_return,
+					    k ? &entry_only : fn, cookie);
 		if (err)
 			snprintf(l->probes[k].why, sizeof(l->probes[k].why),
 				 "uprobe attach failed: %s", strerror(-err));
@@ -334,15 +399,24 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi, bo
 			 "no OpenSSL or GnuTLS library here yet (those the job maps are probed when it maps them)");
 }
 
-void tls_note_exec_map(int pid)
+static void scan_pid(int pid);
+
+/* Now, not at the next scan: a library is often used right after it is
+ * loaded (import awscrt, then a request). What the process did with it
+ * before its probes went in is not seen, and said (late_ns). */
+void tls_note_exec_map(int pid, __u64 map_ns)
 {
+	int before = nlibs;
+	struct timespec ts;
+
 	if (!obj)
 		return;
-	for (int i = 0; i < nnoted; i++)
-		if (noted[i] == pid)
-			return;
-	if (nnoted < MAX_NOTED)
-		noted[nnoted++] = pid;
+	scan_pid(pid);
+	clock_gettime(CLOCK_MONOTONIC, &ts);   /* bpf_ktime_get_ns's clock */
+	for (int i = before; i < nlibs; i++) {
+		libs[i].late_ns = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec - (long long)map_ns;
+		libs[i].exec_pid = pid;
+	}
 }
 
 void tls_note_exec(int pid, __u64 exec_ns, const char *argv0)
@@ -411,9 +485,6 @@ void tls_scan(const int *pids, int npids,
 			scan_pid(pids[i]);
 		scanned_initial = true;
 	}
-	for (int i = 0; i < nnoted; i++)
-		scan_pid(noted[i]);
-	nnoted = 0;
 	for (int i = 0; i < nlibs; i++) {
 		struct tls_lib *l = &libs[i];
 		int attached = 0;

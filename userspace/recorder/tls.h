@@ -28,9 +28,10 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi, bo
  * does): its Go crypto/tls probed before its first call. */
 void tls_probe_command(const char *cmd);
 
-/* A traced process mapped a file executable (an mmap record): its maps are
- * read at the next tls_scan. */
-void tls_note_exec_map(int pid);
+/* A traced process mapped a file executable (an mmap record, at map_ns):
+ * its maps are read now, and a TLS library found probed; how long after
+ * the mapping is said at the next tls_scan. */
+void tls_note_exec_map(int pid, __u64 map_ns);
 
 /* A traced process ran a new program (an exec record, at exec_ns): its
  * executable is looked at now (a Go program's first TLS calls come soon
@@ -38,9 +39,8 @@ void tls_note_exec_map(int pid);
  * process gone already is looked for by argv0, for the program's next runs. */
 void tls_note_exec(int pid, __u64 exec_ns, const char *argv0);
 
-/* Reads the maps of the processes noted since the last scan (and of pids,
- * the processes attached to, on the first call) and probes the TLS
- * libraries not probed yet; calls said(path, probes attached, why none,
+/* Reads the maps of pids, the processes attached to, on the first call and
+ * probes the TLS libraries not probed yet; calls said(path, probes attached, why none,
  * ns between the program's exec and its probes or -1, its pid) once for
  * each file found since the job started. */
 void tls_scan(const int *pids, int npids,
