@@ -448,6 +448,31 @@ void tls_note_exec(int pid, __u64 exec_ns, const char *argv0)
 	}
 }
 
+/* Mappings looked at already, by the device and inode their maps line
+ * gives: a process that maps many libraries has its maps read at each, and
+ * each line would otherwise cost a path walk and a stat. */
+#define SEEN_SLOTS 8192
+static struct { unsigned long long ino; unsigned dev; } seen_maps[SEEN_SLOTS];
+
+static bool seen_mapping(unsigned maj, unsigned min, unsigned long long ino)
+{
+	unsigned dev = maj << 20 | min;
+	unsigned h = (unsigned)((ino * 0x9E3779B97F4A7C15ull) >> 51) ^ dev;
+
+	for (int i = 0; i < SEEN_SLOTS; i++) {
+		unsigned k = (h + i) & (SEEN_SLOTS - 1);
+
+		if (seen_maps[k].ino == ino && seen_maps[k].dev == dev)
+			return true;
+		if (!seen_maps[k].ino) {
+			if (i < SEEN_SLOTS / 2)    /* keep it half empty: a full set looks again */
+				seen_maps[k].ino = ino, seen_maps[k].dev = dev;
+			return false;
+		}
+	}
+	return false;
+}
+
 static void scan_pid(int pid)
 {
 	char path[64], line[1024];
@@ -461,7 +486,13 @@ static void scan_pid(int pid)
 		char *file = strchr(line, '/'), root_path[1200];
 		int kind;
 
+		unsigned maj, min;
+		unsigned long long ino;
+
 		if (!file || !strstr(line, " r-xp "))
+			continue;
+		if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 && ino &&
+		    seen_mapping(maj, min, ino))
 			continue;
 		file[strcspn(file, "\n")] = 0;
 		kind = lib_kind(file);
@@ -536,6 +567,7 @@ void tls_stop(void)
 	}
 	nlibs = 0;
 	nchecked = 0;
+	memset(seen_maps, 0, sizeof(seen_maps));
 	tls_bpf__destroy(obj);
 	obj = NULL;
 }
