@@ -31,6 +31,8 @@ class Stats:
         self.throttled = 0
         self.by_method: dict[str, int] = {}
         self.throttled_by_method: dict[str, int] = {}
+        # the upstream server's answers by status (moto answers 500 now and then)
+        self.upstream_status: dict[str, int] = {}
 
 
 async def read_head(r: asyncio.StreamReader) -> tuple[bytes, dict[str, str]] | None:
@@ -98,6 +100,7 @@ async def serve(args, stats: Stats, cr: asyncio.StreamReader, cw: asyncio.Stream
             cw.write(rhead + rbody)
             await cw.drain()
             stats.forwarded += 1
+            stats.upstream_status[str(status)] = stats.upstream_status.get(str(status), 0) + 1
             if rheaders.get("connection", "").lower() == "close":
                 uw.close()
                 uw = None
