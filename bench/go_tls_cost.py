@@ -36,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "bench" / "go_tls_loop"
+sys.path.insert(0, str(ROOT / "bench"))
+from objstore_overhead import timed  # noqa: E402  (wall and CPU per call, traced or not)
 
 
 def build(work: Path) -> Path:
@@ -49,18 +51,6 @@ def build(work: Path) -> Path:
 
 def iotrace(*args: str) -> list[str]:
     return [sys.executable, "-m", "iotrace", "run", "-q", "--no-node-summary", "--force", *args]
-
-
-def timed(cmd: list[str], traced: list[str] | None, out: Path) -> tuple[float, float]:
-    full = cmd if traced is None else iotrace("-o", str(out), *traced, "--", *cmd)
-    r = subprocess.run(full, capture_output=True, text=True, check=True)
-    for line in reversed(r.stdout.strip().splitlines()):
-        try:
-            wall, cpu = map(float, line.split())
-            return wall, cpu
-        except ValueError:
-            continue
-    raise RuntimeError(f"no timing in the output of {full}: {r.stdout[-500:]}")
 
 
 def bystander(exe: Path, cmd: list[str], flags: list[str], out: Path) -> tuple[float, float]:

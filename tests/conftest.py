@@ -237,3 +237,14 @@ def blockdir(tmp_path):
         pytest.skip(f"{d} is not on a block device (set IOTRACE_BLOCK_DIR)")
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """(port, dir) of a moto S3 server process with a bucket "data", one per
+    test module (tests/objstore.py)."""
+    import objstore
+    d = tmp_path_factory.mktemp("s3")
+    with objstore.moto_server(d / "moto.log") as port:
+        objstore.create_bucket(port, "data")
+        yield port, d

@@ -26,14 +26,6 @@ GO_TLS_LOOP = ROOT / "build" / "go-tls-loop"
 N_OBJECTS = 12
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    d = tmp_path_factory.mktemp("s3go")
-    with objstore.moto_server(d / "moto.log") as port:
-        objstore.create_bucket(port, "data")
-        yield port, d
-
-
 def go_env(ca: Path) -> dict:
     """Go's clients trust the local CA through SSL_CERT_FILE; AWS_CA_BUNDLE
     (set on some machines) would make rclone's AWS SDK refuse its transport."""

@@ -26,14 +26,6 @@ pytestmark = needs_root()
 N_OBJECTS, SIZE, RANGES = 20, 10_000, 5
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    d = tmp_path_factory.mktemp("s3")
-    with objstore.moto_server(d / "moto.log") as port:
-        objstore.create_bucket(port, "data")
-        yield port, d
-
-
 def run_client(tmp_path, endpoint: str, ca=None, extra=(), iotrace_extra=()):
     out = tmp_path / "client.json"
     cmd = [sys.executable, str(WORKLOADS / "s3_client.py"), "--endpoint", endpoint,

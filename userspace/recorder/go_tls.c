@@ -144,9 +144,8 @@ static uint64_t runtime_text(Elf *elf)
  * entry found is not the function's, and a probe there could land inside
  * an instruction: not probed.
  */
-static bool go_prologue(const cs_insn *insn, csh cs)
+static bool go_prologue(const cs_insn *insn)
 {
-	(void)cs;
 	return (insn->id == X86_INS_CMP || insn->id == X86_INS_LEA) &&
 	       (strstr(insn->op_str, "r14 + 0x10]") || strstr(insn->op_str, "[rsp - "));
 }
@@ -173,7 +172,7 @@ static int find_rets(int fd, long off, uint64_t va, uint64_t size, struct go_tls
 	f->nrets = 0;
 	/* Go pads between functions with INT3: stop at the first undecodable byte */
 	while (insn && cs_disasm_iter(cs, &p, &n, &addr, insn)) {
-		if (insn->address == va && !go_prologue(insn, cs))
+		if (insn->address == va && !go_prologue(insn))
 			break;
 		if (insn->id == X86_INS_RET && f->nrets < GO_TLS_MAX_RETS)
 			f->rets[f->nrets++] = off + (long)(insn->address - va);

@@ -96,6 +96,15 @@ static int attach_entry_and_rets(struct tls_lib *l, struct bpf_program *enter_pr
 				 struct bpf_program *ret_prog, const struct go_tls_func *f,
 				 __u64 cookie);
 
+/* An entry uprobe and a uretprobe on each of p[0..n): two uprobe_multi links
+ * (fds) where the kernel has them, else perf links in the probes. */
+static void attach_entry_return(const char *path, struct probe *p, int n, int fds[2])
+{
+	if (!use_multi || attach_uprobes_multi(obj->progs.iot_tls_enter, obj->progs.iot_tls_return,
+					       path, p, n, fds))
+		attach_uprobes(obj->progs.iot_tls_enter, obj->progs.iot_tls_return, path, p, n);
+}
+
 /* s2n's two functions, each at its entry and return, or, where its first
  * instruction cannot be probed (the AWS CRT's build), past its prefixed
  * pushes and at its RETs (prologue.h). Returns the probes attached. */
@@ -118,17 +127,12 @@ static int attach_s2n(struct tls_lib *l)
 		r = prologue_probe_points(l->path, off, size, &f.entry, f.rets, GO_TLS_MAX_RETS,
 					  &f.nrets);
 		if (r == 0) {
-			int fds[2];
+			int fds[2] = { -1, -1 };
 
-			if (use_multi && !attach_uprobes_multi(obj->progs.iot_tls_enter,
-							       obj->progs.iot_tls_return, l->path, p,
-							       1, fds)) {
-				l->go_fds[l->ngo_fds++] = fds[0];
-				l->go_fds[l->ngo_fds++] = fds[1];
-			} else {
-				attach_uprobes(obj->progs.iot_tls_enter, obj->progs.iot_tls_return,
-					       l->path, p, 1);
-			}
+			attach_entry_return(l->path, p, 1, fds);
+			for (int i = 0; i < 2; i++)
+				if (fds[i] >= 0)
+					l->go_fds[l->ngo_fds++] = fds[i];
 		} else if (r == 1) {
 			/* iot_tls_return reads RAX as at a return: a uprobe on a RET is one */
 			r = attach_entry_and_rets(l, obj->progs.iot_tls_enter, obj->progs.iot_tls_return,
@@ -146,6 +150,15 @@ static int attach_s2n(struct tls_lib *l)
 	return attached;
 }
 
+/* A file probed already (or listed as not probeable), by identity. */
+static bool probed_already(const struct stat *st)
+{
+	for (int i = 0; i < nlibs; i++)
+		if (libs[i].dev == st->st_dev && libs[i].ino == st->st_ino)
+			return true;
+	return false;
+}
+
 /* Probes one library file; false when it is not one or is probed already. */
 static bool add_lib(const char *path, const char *shown, int kind)
 {
@@ -153,11 +166,8 @@ static bool add_lib(const char *path, const char *shown, int kind)
 	struct stat st;
 	int attached = 0;
 
-	if (!obj || nlibs >= MAX_LIBS || stat(path, &st))
+	if (!obj || nlibs >= MAX_LIBS || stat(path, &st) || probed_already(&st))
 		return false;
-	for (int i = 0; i < nlibs; i++)
-		if (libs[i].dev == st.st_dev && libs[i].ino == st.st_ino)
-			return false;
 	l = &libs[nlibs];
 	memset(l, 0, sizeof(*l));
 	snprintf(l->path, sizeof(l->path), "%s", path);
@@ -189,10 +199,7 @@ static bool add_lib(const char *path, const char *shown, int kind)
 		l->nprobes = 2;
 	}
 	nlibs++;
-	if (!use_multi || attach_uprobes_multi(obj->progs.iot_tls_enter, obj->progs.iot_tls_return,
-					       l->path, l->probes, l->nprobes, l->multi_fds))
-		attach_uprobes(obj->progs.iot_tls_enter, obj->progs.iot_tls_return, l->path,
-			       l->probes, l->nprobes);
+	attach_entry_return(l->path, l->probes, l->nprobes, l->multi_fds);
 	for (int i = 0; i < l->nprobes; i++)
 		attached += l->probes[i].link || l->probes[i].in_multi;
 	return attached > 0;
@@ -258,10 +265,7 @@ static bool checked_before(const struct stat *st)
 	for (int i = 0; i < nchecked; i++)
 		if (checked[i].dev == st->st_dev && checked[i].ino == st->st_ino)
 			return true;
-	for (int i = 0; i < nlibs; i++)
-		if (libs[i].dev == st->st_dev && libs[i].ino == st->st_ino)
-			return true;
-	return false;
+	return probed_already(st);
 }
 
 /* Probes Go's crypto/tls in one executable file (path: through
@@ -272,7 +276,7 @@ static bool add_go(const char *path, const char *shown)
 	struct go_tls_funcs f;
 	struct tls_lib *l;
 	struct stat st;
-	char why[160], name[640];
+	char why[160];
 	int err;
 
 	if (!obj || stat(path, &st) || !S_ISREG(st.st_mode) || checked_before(&st))
@@ -293,7 +297,6 @@ static bool add_go(const char *path, const char *shown)
 	l->ino = st.st_ino;
 	l->kind = IOT_TLS_LIB_GO;
 	l->multi_fds[0] = l->multi_fds[1] = -1;
-	snprintf(name, sizeof(name), "%s%s", f.version[0] ? " " : "", f.version);
 	set_probe(&l->probes[0], "Go crypto/tls.(*Conn).Read", l->shown, 0);
 	set_probe(&l->probes[1], "Go crypto/tls.(*Conn).Write", l->shown, 0);
 	l->nprobes = 2;
@@ -401,22 +404,31 @@ void tls_start(struct bpf_object *core, const char *const *given, bool multi, bo
 
 static void scan_pid(int pid);
 
+/* libs[first..nlibs) were found because pid ran or mapped them at since_ns
+ * (CLOCK_MONOTONIC, bpf_ktime_get_ns's clock): how late their probes came,
+ * said at the next tls_scan. */
+static void mark_late(int first, int pid, __u64 since_ns)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	for (int i = first; i < nlibs; i++) {
+		libs[i].late_ns = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec - (long long)since_ns;
+		libs[i].exec_pid = pid;
+	}
+}
+
 /* Now, not at the next scan: a library is often used right after it is
  * loaded (import awscrt, then a request). What the process did with it
  * before its probes went in is not seen, and said (late_ns). */
 void tls_note_exec_map(int pid, __u64 map_ns)
 {
 	int before = nlibs;
-	struct timespec ts;
 
 	if (!obj)
 		return;
 	scan_pid(pid);
-	clock_gettime(CLOCK_MONOTONIC, &ts);   /* bpf_ktime_get_ns's clock */
-	for (int i = before; i < nlibs; i++) {
-		libs[i].late_ns = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec - (long long)map_ns;
-		libs[i].exec_pid = pid;
-	}
+	mark_late(before, pid, map_ns);
 }
 
 void tls_note_exec(int pid, __u64 exec_ns, const char *argv0)
@@ -438,14 +450,7 @@ void tls_note_exec(int pid, __u64 exec_ns, const char *argv0)
 		/* gone already: its file, from its argv[0], for its next runs */
 		probe_by_name(argv0);
 	}
-	if (nlibs > before) {           /* a Go program: probed, or said why not */
-		struct timespec ts;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);   /* bpf_ktime_get_ns's clock */
-		libs[before].late_ns = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec -
-				       (long long)exec_ns;   /* said at the next tls_scan */
-		libs[before].exec_pid = pid;
-	}
+	mark_late(before, pid, exec_ns);   /* a Go program: probed, or said why not */
 }
 
 /* Mappings looked at already, by the device and inode their maps line
@@ -484,10 +489,9 @@ static void scan_pid(int pid)
 		return;
 	while (fgets(line, sizeof(line), f)) {
 		char *file = strchr(line, '/'), root_path[1200];
-		int kind;
-
-		unsigned maj, min;
 		unsigned long long ino;
+		unsigned maj, min;
+		int kind;
 
 		if (!file || !strstr(line, " r-xp "))
 			continue;
@@ -547,8 +551,6 @@ size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached)
 		snprintf(go_off.why, sizeof(go_off.why), "turned off (--no-go-tls)");
 		off = json_probes_append(buf, len, off, &go_off, 1, false);
 	}
-	if (!nlibs)
-		return off;
 	for (int i = 0; i < nlibs; i++)
 		off = json_probes_append(buf, len, off, libs[i].probes, libs[i].nprobes, attached);
 	return off;
