@@ -75,8 +75,10 @@ def main() -> None:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
-            break
+            if b"\niotrace_tracing 1.0" in urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/metrics", timeout=2).read():
+                break
+            time.sleep(0.3)
         except OSError:
             time.sleep(0.3)
     rec = int(subprocess.run(["pgrep", "-P", str(exp.pid), "-f", "iotrace-recorder"],

@@ -65,8 +65,13 @@ class Exporter:
         end = time.monotonic() + 60
         while time.monotonic() < end:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
-                return
+                # tracing, not only answering: the port is served while the
+                # probes load (the workload would pay for their verification)
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                              timeout=2).read()
+                if b"\niotrace_tracing 1.0" in text:
+                    return
+                time.sleep(0.2)
             except OSError:
                 if self.proc.poll() is not None:
                     sys.exit(f"the exporter failed: {self.proc.stderr.read().decode()[-500:]}")

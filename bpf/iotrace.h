@@ -289,7 +289,20 @@ enum iot_counter {
 				    the kernel skips (counted as its miss), not a loss */
 	IOT_CNT_PROF_WAKE_LOST, /* profile mode with loop waits: wake-ups between the
 				   job's threads that found the profile's ring full */
+	IOT_CNT_FAULT_UNRESOLVED, /* user page faults whose mapping could not be
+				     looked up (bpf_find_vma busy): not recorded,
+				     whether or not on a file */
 	IOT_CNT_MAX
+};
+
+/* How a system call can change the caller's mappings (the recorder's
+ * sys_remaps table): what its entry makes the faults' cached mappings forget. */
+enum iot_remap {
+	IOT_REMAP_NONE = 0,
+	IOT_REMAP_ALL,      /* mremap, shmat, shmdt, remap_file_pages, execve */
+	IOT_REMAP_MMAP,     /* MAP_FIXED: the range it maps over */
+	IOT_REMAP_MUNMAP,   /* the range */
+	IOT_REMAP_BRK,      /* between the old and the new break */
 };
 
 /*

@@ -21,6 +21,17 @@ struct prof_slot {
 
 /* Per-thread state between entry and exit of a call, of a lock wait, and of
  * a page fault on a file mapping. */
+/* A mapping's range and, for a file on storage, its identity (ino 0:
+ * anonymous memory, tmpfs, ramfs; end 0: no entry). */
+struct vma_file {
+	__u64 start, end, pgoff, ino;
+	__u32 dev, magic;
+	__u16 imode;
+	__u16 pad[3];
+};
+
+#define IOT_VMA_CACHE 16
+
 struct inflight {
 	__u64 ts;
 	__u64 a[6];
@@ -53,18 +64,17 @@ struct inflight {
 	__u64 fault_blocked;  /* ns blocked off CPU meanwhile (not preemption) */
 	__u32 fault_error;    /* the fault's x86 error code (bit 1: write) */
 	__u16 fault_imode;
-	__u16 vma_imode;
-	/* the mapping the thread last faulted in, so that a run of faults in one
-	 * mapping (a loop filling an array) looks it up once; forgotten at the
-	 * thread's next system call, which may change the mappings (another
-	 * thread's changes are not seen: a fault in a range another thread
-	 * remapped meanwhile keeps the old identity) */
-	__u64 vma_start;
-	__u64 vma_end;        /* 0: nothing cached */
-	__u64 vma_pgoff;
-	__u64 vma_ino;        /* 0: not a file on storage (anonymous, tmpfs) */
-	__u32 vma_dev;
-	__u32 vma_magic;
+	__u16 pad4;
+	/* mappings the thread's faults looked up or the thread made, so that a
+	 * run of faults in a few mappings (a loop filling an array, a copy from
+	 * one to another: a DataLoader's batch built from its workers' shared
+	 * memory) looks each up once. The thread's own munmap, mmap MAP_FIXED
+	 * and brk forget the entries they overlap; mremap, shmat, shmdt and
+	 * exec all (another thread's changes are not seen: a fault in a range
+	 * another thread remapped meanwhile keeps the old identity) */
+	struct vma_file vma[IOT_VMA_CACHE];
+	__u32 vma_next;       /* the entry the next lookup replaces */
+	__u32 pad3;
 	/* page-cache additions of one file outside a read, write or fault of it
 	 * (io_uring and libaio reads, in-kernel copies), summed until the thread
 	 * adds for another file, makes a system call or exits */

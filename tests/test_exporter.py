@@ -39,15 +39,18 @@ def get(url: str, timeout: float = 5.0) -> bytes:
         return r.read()
 
 
-def wait_for(url: str, what: str, timeout: float = 60.0, proc=None) -> None:
+def wait_for(url: str, what: str, timeout: float = 60.0, proc=None,
+             needs: bytes = b"") -> None:
+    """Until url answers (with `needs` in its body, when given)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:
             out = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             raise AssertionError(f"{what} exited ({proc.returncode}): {out[-2000:]}")
         try:
-            get(url, 2.0)
-            return
+            if needs in get(url, 2.0):
+                return
+            time.sleep(0.3)
         except OSError:
             time.sleep(0.3)
     raise AssertionError(f"{what} did not answer at {url} in {timeout:.0f} s")
@@ -97,7 +100,8 @@ def node(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     prom = None
     try:
-        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp)
+        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp,
+                 needs=b"\niotrace_tracing 1.0")
         prom = Prometheus(tmp_path, f"127.0.0.1:{port}")
         yield root, port, prom, exp
     finally:
@@ -300,7 +304,8 @@ def test_exporter_runs_with_capabilities_not_as_root(tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO / "userspace")))
     try:
-        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp)
+        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp,
+                 needs=b"\niotrace_tracing 1.0")
         eff = next(line for line in Path(f"/proc/{exp.pid}/status").read_text().splitlines()
                    if line.startswith("CapEff:"))
         assert int(eff.split()[1], 16) == (1 << 38) | (1 << 39) | (1 << 2), eff
@@ -412,7 +417,8 @@ def test_top_files_only_when_asked(tmp_path):
                             f"127.0.0.1:{port}", "--cgroup-root", str(root), "--top-files", "2"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp)
+        wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp,
+                 needs=b"\niotrace_tracing 1.0")
         fio = ["fio"]
         for name, (path, rate, _) in files.items():
             fio += [f"--name={name}", f"--filename={path}", "--rw=read", "--bs=64k",

@@ -69,6 +69,7 @@ class Sums:
         self.requests: dict[tuple, list] = defaultdict(lambda: [0, 0, 0])
         self.unattributed_calls = 0.0
         self.recorder: dict = {}
+        self.tracing = False       # the recorder's probes are in and it follows the jobs
 
     def _device(self, dev: int) -> str:
         key = "%d:%d" % _kernel_dev(int(dev))
@@ -328,6 +329,11 @@ class Collector:
             for job in jobs:
                 loops.add_metric([job], s.loops_now.get(job, 0))
             yield loops
+            g = GaugeMetricFamily("iotrace_tracing", "1 once the probes are loaded and the "
+                                  "jobs are followed; 0 while the exporter starts (the "
+                                  "counters miss what the jobs do before).")
+            g.add_metric([], 1 if s.tracing else 0)
+            yield g
             g = GaugeMetricFamily("iotrace_jobs", "Jobs (cgroups) followed now.")
             g.add_metric([], len(s.jobs.live))
             yield g
@@ -394,6 +400,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
     except BaseException:
         server.shutdown()
         raise
+    sums.tracing = True
     if ready:
         ready(rec)
     last_scan = 0.0
@@ -411,6 +418,7 @@ def serve(listen: str, cgroup_root: str, match: Optional[str], spool,
                 sums.forget(forget)
                 last_scan = time.monotonic()
     finally:
+        sums.tracing = False
         rec.stop()
         sums.add_records(*rec.take_records())
         sums.add_wakes(rec.take_wakes())

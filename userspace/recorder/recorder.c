@@ -925,9 +925,21 @@ static void prepare_profile(struct iotrace_bpf *skel, struct probe *probes, int 
 
 static void fill_syscall_table(struct iotrace_bpf *skel)
 {
+	/* the calls that can change the caller's mappings (bpf sys_remaps) */
+	static const struct { long nr; __u8 kind; } remaps[] = {
+		{ SYS_mmap, IOT_REMAP_MMAP }, { SYS_munmap, IOT_REMAP_MUNMAP },
+		{ SYS_brk, IOT_REMAP_BRK }, { SYS_mremap, IOT_REMAP_ALL },
+		{ SYS_shmat, IOT_REMAP_ALL }, { SYS_shmdt, IOT_REMAP_ALL },
+		{ SYS_remap_file_pages, IOT_REMAP_ALL }, { SYS_execve, IOT_REMAP_ALL },
+		{ SYS_execveat, IOT_REMAP_ALL },
+	};
+
 	for (size_t i = 0; i < sizeof(syscall_table) / sizeof(syscall_table[0]); i++)
 		if (syscall_table[i].nr >= 0 && syscall_table[i].nr < IOT_MAX_SYSCALLS)
 			skel->rodata->sys_op[syscall_table[i].nr] = syscall_table[i].op;
+	for (size_t i = 0; i < sizeof(remaps) / sizeof(remaps[0]); i++)
+		if (remaps[i].nr >= 0 && remaps[i].nr < IOT_MAX_SYSCALLS)
+			skel->rodata->sys_remaps[remaps[i].nr] = remaps[i].kind;
 }
 
 /* The record rings: how many, of what size (rings.c). */
@@ -1502,7 +1514,7 @@ open_core:
 	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
 	       "\"calls_entry_unseen\":%llu,\"calls_return_unseen\":%llu,"
 	       "\"calls_unfinished\":%lld,\"calls_began_before\":%lld,"
-	       "\"own_lock_waits\":%llu,\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
+	       "\"own_lock_waits\":%llu,\"faults_unresolved\":%llu,\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
 	       (unsigned long long)tot.events,
@@ -1527,6 +1539,7 @@ open_core:
 	       (unsigned long long)counter_sum(skel, IOT_CNT_RETURN_UNSEEN),
 	       calls_open, calls_began,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_OWN_LOCK_WAITS),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_FAULT_UNRESOLVED),
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
