@@ -9,7 +9,13 @@ against the per-node target). Then, across nodes:
               synchronous data-parallel training every rank waits for the
               slowest at each step, so the others' time is lost to it.
               reason = its own stall cause and top finding; impact_s = its
-              data wait minus the median node's (what the job lost to it)
+              data wait minus the median node's (what the job lost to it).
+              And nodes that did the same work much slower (`by` "work"):
+              read about as many bytes as the median node (within 2x) at
+              under half its rate, taking at least slow_work_min_s longer
+              (pure readers, whose every second is a wait, and loops that
+              found no straggler by their waits); impact_s = its reading
+              span minus the median node's
   verdict     the job's: io-bound when any node is (the slowest rank gates each
               step), AU the mean of the nodes' (MLPerf Storage asks each to
               reach the bar: the minimum is given too), read rate the sum
@@ -33,11 +39,16 @@ from iotrace.nodesummary import RATES, SUMMARY_DIR, add_ranks, rates_sql, read_n
 from iotrace.traceset import TraceSet
 
 from .base import Targets
-from .rates import human_rate
+from .rates import human_bytes, human_rate, human_s
 from .report import build_report
 from .verdict import STALL_WORDS
 
 STRAGGLER_MARGIN = 0.10
+# the same work done much slower: bytes read within SAME_WORK of the median
+# node's, at under 1 / SLOW_WORK_FACTOR of its rate, SLOW_WORK_MIN_S longer
+SAME_WORK = 2.0
+SLOW_WORK_FACTOR = 2.0
+SLOW_WORK_MIN_S = 0.5
 # write bursts of different nodes closer than this belong to one checkpoint step
 CHECKPOINT_ALIGN_GAP_S = 5.0
 SET_SCHEMA = "iotrace-report-set/1"
@@ -109,6 +120,7 @@ def _node(host: str, path: str, r: dict, ranks: dict, targets: Targets = Targets
     top = r["findings"][0] if r["findings"] else None
     return {"host": host, "trace": path, "status": v.get("status"),
             "read_bytes_per_s": v.get("read_bytes_per_s") or 0.0,
+            "reading_span_s": v.get("reading_span_s"),
             "write_bytes_per_s": v.get("bytes_written", 0) / win if win else 0.0,
             "bytes_read": v.get("bytes_read", 0), "bytes_written": v.get("bytes_written", 0),
             "accelerator_utilization": v.get("accelerator_utilization"),
@@ -140,11 +152,62 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
         if n["top_finding"]:
             why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
         out.append({"host": n["host"], "rank": rank["rank"] if rank else None,
-                    "pid": rank["pid"] if rank else None,
+                    "pid": rank["pid"] if rank else None, "by": "data_wait",
                     "reason": "; ".join(why), "cause": n["stall_top"],
                     "finding": n["top_finding"]["id"] if n["top_finding"] else None,
                     "data_wait_share": n["data_wait_share"],
                     "impact_s": round(max(n["data_wait_s"] - med_s, 0.0), 3)})
+    named = {s["host"] for s in out}
+    return out + [s for s in slow_work(nodes) if s["host"] not in named]
+
+
+def straggler_cost(s: dict) -> str:
+    """What a straggler cost, in words (the report's sentence after its reason)."""
+    if s.get("by") == "work":
+        return (f"It read for about {s['impact_s']:.1f} s longer than the median node: in "
+                "synchronous training the other ranks wait that long for it")
+    return f"The job lost about {s['impact_s']:.1f} s waiting for it"
+
+
+def slow_work(nodes: list[dict]) -> list[dict]:
+    """Nodes that read about as much as the median node at under half its
+    rate (SAME_WORK, SLOW_WORK_FACTOR), the slowest first: a node whose
+    storage, network or CPU is slower than the others' (throttled, a failing
+    disk, a busy neighbour) whether or not its job waits in a way the
+    verdict can measure."""
+    known = [n for n in nodes if n["bytes_read"] > 0 and n["read_bytes_per_s"] > 0
+             and n.get("reading_span_s")]
+    if len(known) < 2:
+        return []
+    med_b = statistics.median(n["bytes_read"] for n in known)
+    med_r = statistics.median(n["read_bytes_per_s"] for n in known)
+    med_span = statistics.median(n["reading_span_s"] for n in known)
+    out = []
+    for n in sorted(known, key=lambda n: n["read_bytes_per_s"]):
+        if not med_b / SAME_WORK <= n["bytes_read"] <= med_b * SAME_WORK:
+            continue
+        if n["read_bytes_per_s"] * SLOW_WORK_FACTOR > med_r:
+            continue
+        lost = n["reading_span_s"] - med_span
+        if lost < SLOW_WORK_MIN_S:
+            continue
+        rank = max(n["ranks"], key=lambda r: r["read_bytes"] or 0, default=None)
+        why = [f"read {human_bytes(n['bytes_read'])} at {human_rate(n['read_bytes_per_s'])} "
+               f"over {human_s(n['reading_span_s'])}, {med_r / n['read_bytes_per_s']:.0f}x "
+               f"slower than the median node ({human_rate(med_r)} over {human_s(med_span)}) "
+               f"for about the same bytes"]
+        if n["stall_top"]:
+            why.append(f"mostly {STALL_WORDS[n['stall_top']]}")
+        if n["top_finding"]:
+            why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
+        out.append({"host": n["host"], "rank": rank["rank"] if rank else None,
+                    "pid": rank["pid"] if rank else None, "by": "work",
+                    "reason": "; ".join(why), "cause": n["stall_top"],
+                    "finding": n["top_finding"]["id"] if n["top_finding"] else None,
+                    "data_wait_share": n["data_wait_share"],
+                    "read_bytes_per_s": n["read_bytes_per_s"],
+                    "median_read_bytes_per_s": med_r,
+                    "impact_s": round(lost, 3)})
     return out
 
 
@@ -269,8 +332,10 @@ def job_verdict(nodes: list[dict], strag: list[dict], targets: Targets) -> dict:
     text += "."
     if strag:
         s = strag[0]
-        text += (f" Straggler: {s['host']} ({s['reason']}); the job lost about "
-                 f"{s['impact_s']:.1f} s to it.")
+        cost = straggler_cost(s)
+        text += f" Straggler: {s['host']} ({s['reason']}). {cost}."
+        if len(strag) > 1:
+            text += f" {len(strag) - 1} more straggler(s) below."
     v["summary"] = text
     return v
 

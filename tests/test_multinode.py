@@ -266,3 +266,48 @@ def test_set_timeline_one_process_group_per_host(tmp_path):
     assert set(raw["node_report_sources"].values()) == {"events"}
     assert [n["bytes_read"] for n in raw["nodes"]] == [n["bytes_read"] for n in summed["nodes"]]
     assert raw["timeline"] == summed["timeline"]
+
+
+def test_straggler_by_work_done(tmp_path, blockdir):
+    """Three nodes (UTS namespaces) each read a 32 MiB file of their own with
+    fio, no training loop in sight (every second a wait, so none stands out
+    by waiting); one node's storage is throttled to 8 MB/s. The set report
+    names that node for doing the same work much slower, at fio's own rates."""
+    if shutil.which("fio") is None:
+        pytest.skip("fio not installed")
+    files = [random_file(blockdir / f"data{i}.bin", 32) for i in range(NODES)]
+    tset = tmp_path / "set"
+    slow = 1
+    with cold_throttled_reads(files[slow], 8 * 1000 * 1000) as throttle:
+        procs = []
+        for i, f in enumerate(files):
+            fio = ["fio", "--name=r", f"--filename={f}", "--rw=read", "--bs=1M",
+                   "--ioengine=psync", "--invalidate=0", "--output-format=json"]
+            cmd = [*(throttle if i == slow else ()), "unshare", "--uts", "--", "sh", "-c",
+                   f'hostname node{i} && exec "$@"', "sh",
+                   *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--", *fio]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-1500:] for _, e in outs]
+    bw = {f"node{i}": json.loads(o[o.index("{"):])["jobs"][0]["read"]["bw_bytes"]
+          for i, (o, _) in enumerate(outs)}
+    assert bw["node1"] * 20 < min(bw["node0"], bw["node2"]), bw   # the throttle held
+    for extra in ((), ("--gpus", "1", "--per-gpu", "1GB/s")):      # summaries, raw events
+        res = iotrace_cmd("report", str(tset), "--format", "json", *extra)
+        assert res.returncode == 0, res.stderr
+        rep = json.loads(res.stdout)
+        assert [(s["host"], s["by"]) for s in rep["stragglers"]] == [("node1", "work")], \
+            rep["stragglers"]
+        s = rep["stragglers"][0]
+        nodes = {n["host"]: n for n in rep["nodes"]}
+        # each node's read rate is fio's own (over the span of its reads)
+        for host, n in nodes.items():
+            assert abs(n["read_bytes_per_s"] - bw[host]) <= 0.15 * bw[host], (host, n, bw)
+        assert s["read_bytes_per_s"] == nodes["node1"]["read_bytes_per_s"]
+        med = sorted(bw.values())[1]
+        assert abs(s["median_read_bytes_per_s"] - med) <= 0.15 * med
+        # it took about 4 s where the others took a few ms
+        assert 3.0 <= s["impact_s"] <= 6.0, s
+        assert "slower than the median node" in s["reason"]
+        assert "node1" in rep["verdict"]["summary"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from iotrace.analyzers.cluster import straggler_cost
 from iotrace.analyzers.rates import human_bytes, human_rate
 
 from .common import pct as _pct
@@ -76,8 +77,8 @@ def render_set_html(rep) -> str:
     for s in rep.stragglers:
         out.append(f'<section class="card finding high"><header><span class="sev high">'
                    f'STRAGGLER</span><h3 class="mono">{e(s["host"])}</h3></header>'
-                   f'<p class="summary">{e(s["reason"])}. The job lost about '
-                   f'{s["impact_s"]:.1f} s waiting for it.</p></section>')
+                   f'<p class="summary">{e(s["reason"])}. {e(straggler_cost(s))}.</p>'
+                   '</section>')
 
     if rep.checkpoints:
         out.append('<section class="card" id="checkpoints"><h2>Checkpoints across nodes</h2>'

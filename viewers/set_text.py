@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from iotrace.analyzers.cluster import straggler_cost
 from iotrace.analyzers.rates import human_bytes, human_rate
 
 from .common import pct as _pct
@@ -41,8 +42,7 @@ def render_set_text(rep, console: Console) -> None:
                   Text(f"{f['id']}", style=COLOURS.get(f["severity"], "")) if f else "-")
     console.print(t)
     for s in rep.stragglers:
-        console.print(Panel(Text(f"{s['reason']}. The job lost about {s['impact_s']:.1f} s "
-                                 "waiting for it."),
+        console.print(Panel(Text(f"{s['reason']}. {straggler_cost(s)}."),
                             title=Text(f"[STRAGGLER] {s['host']}", style="bold red"),
                             title_align="left", border_style="red"))
     per_gpu = rep.targets.per_gpu_bps
