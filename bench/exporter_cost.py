@@ -5,7 +5,12 @@ Each workload runs in a job cgroup below a cgroup root, untraced, with the
 exporter following the root, and with the exporter run --no-loop-waits
 (started before, stopped after each repetition), interleaved; the ratio is
 the workload's own time with the exporter over without, per repetition,
-and the table gives its median (min-max).
+and the table gives its median (min-max). The hook floor is the same run
+with programs that do nothing on the hooks the exporter uses for every call
+(system calls, user page faults, the scheduler's switches and wake-ups,
+page-cache additions): what the kernel's hooks cost before any of
+iotrace's work (bench/hook_floor.bpf.c). The last column is the exporter's
+time over the floor's: what its programs and daemon add.
 
 Workloads (bench/peers_workloads/loaders.py, their own clocks):
   torch   a PyTorch DataLoader, 2 workers, batch 32, np.load of a 256 KiB
@@ -37,6 +42,10 @@ LOADERS = BENCH / "peers_workloads" / "loaders.py"
 PY = sys.executable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from cgroups import new_cgroup  # noqa: E402  (tests/cgroups.py)
+from overhead import build_hook_floor, hook_floor_running  # noqa: E402
+
+FLOOR_PROGRAMS = ("floor_sys_enter", "floor_sys_exit", "floor_page_fault", "floor_sched_switch",
+                  "floor_sched_waking", "floor_cache_add")
 
 
 def in_cgroup(cg: Path, cmd: list[str]) -> list[str]:
@@ -88,6 +97,22 @@ class Exporter:
 MODES = (("exporter", ()), ("no-loop-waits", ("--no-loop-waits",)))
 
 
+def run_mode(mode: str, kind: str, data: Path, root: Path, job: Path, outside: Path,
+             floor_exe: Path) -> float:
+    """The workload's own time, untraced, on the hook floor, or under the
+    exporter (MODES)."""
+    if mode == "untraced":
+        return run_workload(kind, data, outside)
+    if mode == "floor":
+        with hook_floor_running(floor_exe, FLOOR_PROGRAMS):
+            return run_workload(kind, data, job)
+    exp = Exporter(root, 9400 + os.getpid() % 500, *dict(MODES)[mode])
+    try:
+        return run_workload(kind, data, job)
+    finally:
+        exp.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
@@ -106,17 +131,19 @@ def main() -> None:
     outside.mkdir(exist_ok=True)
     kinds = ("torch", "npy", "fio-4k")
     times: dict[tuple[str, str], list[float]] = {}
+    floor_exe, why = build_hook_floor(data)
+    if floor_exe is None:
+        sys.exit(f"the hook floor: {why}")
     try:
+        # the modes' order rotates each repetition: a run right after an
+        # exporter stops (its programs detaching, its files removed) is not
+        # always the same mode's
+        order = ["untraced", "floor", *(m for m, _ in MODES)]
         for rep in range(a.reps):
             for kind in kinds:
-                times.setdefault((kind, "untraced"), []).append(
-                    run_workload(kind, data, outside))
-                for mode, extra in MODES:
-                    exp = Exporter(root, 9400 + os.getpid() % 500, *extra)
-                    try:
-                        times.setdefault((kind, mode), []).append(run_workload(kind, data, job))
-                    finally:
-                        exp.stop()
+                for mode in order[rep % len(order):] + order[:rep % len(order)]:
+                    times.setdefault((kind, mode), []).append(
+                        run_mode(mode, kind, data, root, job, outside, floor_exe))
             print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr)
     finally:
         for d in (job, outside, root):
@@ -127,18 +154,24 @@ def main() -> None:
     lines = [f"exporter cost  {datetime.now():%Y-%m-%d %H:%M %z}, kernel {platform.release()}, "
              f"{os.cpu_count()} CPUs (bench/exporter_cost.py --reps {a.reps})",
              "each workload's own time with `iotrace exporter` following its cgroup over "
-             "without; ratio: median of the per-repetition ratios (min-max), interleaved", "",
-             f"{'workload':10} {'untraced s':>11} {'exporter s':>11} {'ratio':>8}  {'range':12}"
-             f" {'no loop waits s':>16} {'ratio':>8}  range"]
+             "without; ratio: median of the per-repetition ratios (min-max), interleaved;",
+             "hook floor: empty programs on the hooks the exporter uses for every call; "
+             "over floor: the exporter's time over the floor's", "",
+             f"{'workload':10} {'untraced s':>11} {'hook floor':>11} {'exporter s':>11} {'ratio':>8}"
+             f"  {'range':12} {'no loop waits s':>16} {'ratio':>8}  {'range':12} {'over floor':>10}"]
     for kind in kinds:
         u = times[(kind, "untraced")]
+        fl = times[(kind, "floor")]
         cols = []
         for mode, _ in MODES:
             e = times[(kind, mode)]
             r = [x / y for x, y in zip(e, u)]
             cols.append(f"{statistics.median(e):{11 if mode == 'exporter' else 16}.3f} "
                         f"{statistics.median(r):7.3f}x  {min(r):.3f}-{max(r):.3f}")
-        lines.append(f"{kind:10} {statistics.median(u):11.3f} {cols[0]:34} {cols[1]}")
+        floor_r = statistics.median([x / y for x, y in zip(fl, u)])
+        over = statistics.median([x / y for x, y in zip(times[(kind, "exporter")], fl)])
+        lines.append(f"{kind:10} {statistics.median(u):11.3f} {floor_r:10.3f}x {cols[0]:34} "
+                     f"{cols[1]:34} {over:9.3f}x")
     text = "\n".join(lines) + "\n"
     print(text)
     (BENCH / "results" / "exporter-cost-latest.txt").write_text(text)

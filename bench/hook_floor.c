@@ -1,8 +1,10 @@
-/* bench/overhead.py's hook floor: loads a BPF object (bench/hook_floor.bpf.c),
- * attaches every program by its section name, prints "attached N" and
- * holds them until stdin closes. */
+/* The benches' hook floor: loads a BPF object (bench/hook_floor.bpf.c),
+ * attaches the programs named after it (every one if none is) by their
+ * section names, prints "attached N" and holds them until stdin closes. */
 #include <bpf/libbpf.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,8 +16,8 @@ int main(int argc, char **argv)
 	int n = 0;
 	char c;
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s OBJECT.bpf.o\n", argv[0]);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s OBJECT.bpf.o [PROGRAM...]\n", argv[0]);
 		return 2;
 	}
 	setrlimit(RLIMIT_MEMLOCK, &rl);
@@ -25,6 +27,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	bpf_object__for_each_program(p, obj) {
+		bool wanted = argc == 2;
+
+		for (int i = 2; i < argc; i++)
+			wanted |= !strcmp(argv[i], bpf_program__name(p));
+		if (!wanted)
+			continue;
 		if (!bpf_program__attach(p)) {
 			fprintf(stderr, "%s: cannot attach %s\n", argv[1], bpf_program__name(p));
 			return 1;

@@ -283,9 +283,10 @@ def build_hook_floor(workdir: Path) -> tuple[Path | None, str]:
 
 
 @contextmanager
-def hook_floor_running(exe: Path):
-    """Empty programs on iotrace's system-call hooks while the block runs."""
-    proc = subprocess.Popen([str(exe), str(exe.parent / "hook_floor.bpf.o")],
+def hook_floor_running(exe: Path, programs=("floor_sys_enter", "floor_sys_exit")):
+    """Empty programs on iotrace's hooks (by default the system calls')
+    while the block runs."""
+    proc = subprocess.Popen([str(exe), str(exe.parent / "hook_floor.bpf.o"), *programs],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
