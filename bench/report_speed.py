@@ -39,8 +39,8 @@ from iotrace.analyzers.waits import analyse
 from iotrace.analyzers.thresholds import load_thresholds
 from iotrace.analyzers.views import create_views
 from iotrace.convert import EVENTS_SCHEMA
-from iotrace.tracedir import (EVENT_WRITE_OPTS, FILES_SCHEMA, PROCESSES_SCHEMA, SCHEMA_VERSION,
-                              THREADS_SCHEMA)
+from iotrace.schema import (EVENT_WRITE_OPTS, FILES_SCHEMA, PROCESSES_SCHEMA, SCHEMA_VERSION,
+                            THREADS_SCHEMA)
 
 NFILES = 20_000
 PIDS = np.arange(1000, 1008, dtype=np.int32)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import iotrace
 from iotrace.abi import OP_NAMES
 from iotrace.convert import EVENTS_SCHEMA, FD_KINDS
-from iotrace.tracedir import FILES_SCHEMA, PROCESSES_SCHEMA, SCHEMA_VERSION, THREADS_SCHEMA
+from iotrace.schema import FILES_SCHEMA, PROCESSES_SCHEMA, SCHEMA_VERSION, THREADS_SCHEMA
 
 
 def ev(op, ts=0, dur=1000, pid=100, tid=None, fd=3, off=-1, req=0, ret=0, file_id=-1,

@@ -136,7 +136,7 @@ class PySampler:
             return meta
         samples, frames, info = parse(self.out)
         meta.update(info)
-        from .tracedir import atomic_write_table
+        from .schema import atomic_write_table
         atomic_write_table(samples, out_dir / "pystacks.parquet")
         atomic_write_table(frames, out_dir / "pyframes.parquet")
         return meta

@@ -144,7 +144,7 @@ def _has_string(t: pa.DataType) -> bool:
 
 def _write_opts(rel: Path) -> dict:
     if rel.parts and rel.parts[0] == "events" or "events" in rel.parts[:-1]:
-        from .tracedir import EVENT_WRITE_OPTS
+        from .schema import EVENT_WRITE_OPTS
         return dict(EVENT_WRITE_OPTS)
     return dict(compression="zstd")
 

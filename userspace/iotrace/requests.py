@@ -276,22 +276,6 @@ def _q(p: Path) -> str:
     return str(p).replace("'", "''")
 
 
-def derive(root: Path):
-    """(requests, connections, fuse_requests) as Arrow tables, for a trace
-    made before these tables were written."""
-    from .fuse_requests import FUSE_SQL
-    from .trace import create_views
-    con = duckdb.connect()
-    try:
-        create_views(con, root, derived=False)
-        con.execute(BUILD_SQL)
-        con.execute(f"create temp table _requests_for_fuse as {REQUESTS_SQL}")
-        return (con.sql("select * from _requests_for_fuse").to_arrow_table(),
-                con.sql(CONNECTIONS_SQL).to_arrow_table(), con.sql(FUSE_SQL).to_arrow_table())
-    finally:
-        con.close()
-
-
 def build(con: duckdb.DuckDBPyConnection, root: Path) -> dict:
     """Writes requests.parquet, connections.parquet and fuse_requests.parquet
     from the events view of con (a trace's); returns their row counts."""

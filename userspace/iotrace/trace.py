@@ -16,7 +16,8 @@ import duckdb
 from .abi import (ASYNC_READ_OPS, ASYNC_WRITE_OPS, COPY_OPS, EF_DIRECT, OPEN_OPS, READ_OPS,
                   WRITE_OPS, o_direct, sql_list)
 from .errors import EXIT_TRACE, IotraceError
-from .tracedir import SCHEMA_VERSION, EVENTS_SCHEMA_NAMES
+from .schema import SCHEMA_VERSION, EVENTS_SCHEMA_NAMES
+from . import requests
 
 # Bytes the job moved: copies count as both read and written.
 READ_OPS_SQL = sql_list(READ_OPS + COPY_OPS)
@@ -349,6 +350,23 @@ def is_profile(meta: dict) -> bool:
     return meta.get("capture") == "profile"
 
 
+def _derive_requests(root: Path):
+    """(requests, connections, fuse_requests) as Arrow tables, for a trace
+    made before these tables were written: requests.py's SQL over the
+    trace's events."""
+    from .fuse_requests import FUSE_SQL
+    con = duckdb.connect()
+    try:
+        create_views(con, root, derived=False)
+        con.execute(requests.BUILD_SQL)
+        con.execute(f"create temp table _requests_for_fuse as {requests.REQUESTS_SQL}")
+        return (con.sql("select * from _requests_for_fuse").to_arrow_table(),
+                con.sql(requests.CONNECTIONS_SQL).to_arrow_table(),
+                con.sql(FUSE_SQL).to_arrow_table())
+    finally:
+        con.close()
+
+
 def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> None:
     names = ("requests", "connections", "fuse_requests")
     if all((root / f"{n}.parquet").exists() for n in names):
@@ -357,8 +375,7 @@ def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
             con.execute(f"create or replace view {prefix}{n} as select * from "
                         f"read_parquet('{q}', hive_partitioning = false)")
         return
-    from .requests import derive
-    for n, table in zip(names, derive(root)):
+    for n, table in zip(names, _derive_requests(root)):
         con.register(f"_{prefix}{n}_arrow", table)
         con.execute(f"create or replace view {prefix}{n} as select * from _{prefix}{n}_arrow")
 

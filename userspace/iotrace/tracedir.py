@@ -12,7 +12,6 @@ so a trace cut short by kill -9 is still readable.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
@@ -23,44 +22,10 @@ import duckdb
 import pyarrow.parquet as pq
 
 from .model import Model, kernel_dev_to_major_minor
-
-SCHEMA_VERSION = "1.11"
-
-# Column names and DuckDB types of events (for an empty trace's view).
-EVENTS_SCHEMA_NAMES = [
-    ("ts_ns", "bigint"), ("dur_ns", "bigint"), ("pid", "integer"), ("tid", "integer"),
-    ("op", "varchar"), ("fd", "integer"), ("offset", "bigint"), ("req_bytes", "bigint"),
-    ("ret", "bigint"), ("file_id", "bigint"), ("fd_kind", "varchar"), ("flags", "bigint"),
-    ("mode", "integer"), ("arg", "bigint"), ("path", "varchar"), ("path2", "varchar"),
-    ("eflags", "smallint"), ("chan_ino", "bigint"), ("http", "varchar"),
-]
-
-FILES_SCHEMA = pa.schema([
-    ("file_id", pa.int64()), ("path", pa.string()), ("fs_type", pa.string()),
-    ("mount_point", pa.string()), ("dev_major", pa.int32()), ("dev_minor", pa.int32()),
-    ("ino", pa.int64()), ("mount_options", pa.string()),
-])
-PROCESSES_SCHEMA = pa.schema([
-    ("pid", pa.int32()), ("ppid", pa.int32()), ("cmdline", pa.string()),
-    ("comm", pa.string()), ("start_ns", pa.int64()), ("exit_ns", pa.int64()),
-    ("exit_code", pa.int32()), ("exit_signal", pa.int32()), ("execs", pa.int32()),
-    ("threads", pa.int32()), ("before_trace", pa.bool_()),
-    ("rank", pa.int32()), ("local_rank", pa.int32()),
-])
-THREADS_SCHEMA = pa.schema([
-    ("tid", pa.int32()), ("pid", pa.int32()), ("name", pa.string()),
-    ("start_ns", pa.int64()), ("exit_ns", pa.int64()),
-])
-
-# Parquet settings for events: dictionary for strings, delta for timestamps.
-EVENT_WRITE_OPTS: dict[str, Any] = dict(
-    compression="zstd",
-    compression_level=3,
-    use_dictionary=["op", "fd_kind", "path", "path2"],
-    column_encoding={"ts_ns": "DELTA_BINARY_PACKED"},
-    write_statistics=["ts_ns", "pid", "file_id", "op"],
-)
-
+from .schema import (EVENT_WRITE_OPTS, FILES_SCHEMA, PROCESSES_SCHEMA, SCHEMA_VERSION,
+                     THREADS_SCHEMA, atomic_write_json, atomic_write_table)
+from .trace import create_views
+from . import requests
 
 def mount_table() -> dict[tuple[int, int], tuple[str, str, str]]:
     """(major, minor) -> (mount point, fs type, super options) from
@@ -80,18 +45,6 @@ def mount_table() -> dict[tuple[int, int], tuple[str, str, str]]:
         fields = right.split()
         out.setdefault((major, minor), (mnt, fields[0], fields[2] if len(fields) > 2 else ""))
     return out
-
-
-def atomic_write_table(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
-def atomic_write_json(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
 
 
 def files_table(model: Model, mounts: dict) -> pa.Table:
@@ -247,8 +200,6 @@ class TraceWriter:
     def write_requests(self) -> dict:
         """requests.parquet and connections.parquet from the events written
         (requests.py); their row counts for meta.json."""
-        from . import requests
-        from .trace import create_views
         con = duckdb.connect()
         try:
             create_views(con, self.root, derived=False)
