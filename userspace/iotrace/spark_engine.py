@@ -91,6 +91,10 @@ def _start(master: str):
                            " (is a Java 17+ runtime installed and JAVA_HOME set?)",
                            EXIT_ENV) from None
     s.sparkContext.setLogLevel("ERROR")
+    if not parts:
+        # a cluster: a shuffle partition per executor core it gave us (Spark's
+        # 200 would make each of a node's hundred small queries 200 tasks)
+        s.conf.set("spark.sql.shuffle.partitions", str(max(2, s.sparkContext.defaultParallelism)))
     return s
 
 
