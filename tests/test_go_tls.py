@@ -107,6 +107,31 @@ def test_go_program_the_job_starts_is_probed_and_late_said(tmp_path):
     assert f"TLS seen late: {GO_TLS_LOOP} (pid {first})" in text
 
 
+@pytest.mark.skipif(not GO_TLS_LOOP.exists(), reason="build/go-tls-loop not built")
+def test_go_programs_over_the_probe_limit_are_listed(tmp_path):
+    """A job that runs 40 different Go programs (copies of one: each its own
+    file): the recorder probes 32 TLS libraries and programs at most; every
+    program is either probed or listed as over the limit, none dropped
+    without a word."""
+    copies = []
+    for i in range(40):
+        c = tmp_path / f"go-tls-{i:02d}"
+        shutil.copy(GO_TLS_LOOP, c)
+        copies.append(c)
+    proc, trace = trace_run(tmp_path / "trace", "sh", "-c",
+                            "; ".join(f"{c} loop 1 && sleep 0.1" for c in copies))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    mapped = trace.meta["probes"]["tls_libraries_mapped"]
+    over = [sk["probe"] for sk in trace.meta["probes"]["skipped"]
+            if "iotrace probes 32 TLS libraries and programs at most" in sk["why"]]
+    probed = [c for c in copies if str(c) in mapped]
+    listed = [c for c in copies if f"TLS ({c})" in over]
+    assert probed and listed, (mapped, over)
+    assert sorted(probed + listed) == copies, (len(probed), len(listed))
+    text = iotrace_cmd("summary", str(trace.root)).stdout
+    assert "TLS libraries and programs at most" in text and str(listed[0]) in text
+
+
 @pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone missing (apt-get install rclone)")
 def test_rclone_copy_over_https(s3, tmp_path):
     port, d = s3

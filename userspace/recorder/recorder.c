@@ -1433,6 +1433,9 @@ open_core:
 		}
 	}
 
+	/* TLS libraries and programs found since the last scan: said before the end */
+	tls_scan(opt.pids, opt.npids, tls_probed);
+
 	/* Stop first, then drain what is left, then close the last segment.
 	 * The fentry hooks are detached only after the end status: each link
 	 * waits for an RCU-tasks grace period on the way out (a fraction of a

@@ -56,6 +56,15 @@ static bool go_tls;            /* probe Go's crypto/tls (--no-go-tls: not) */
  * it (or not Go): not opened again */
 static struct { dev_t dev; ino_t ino; } checked[MAX_CHECKED];
 static int nchecked;
+/* TLS libraries and Go programs found once MAX_LIBS were probed: not
+ * probed; each said once (tls_scan), as a skipped probe with the reason */
+#define MAX_OVER 64
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define OVER_WHY "not probed: iotrace probes " STR(MAX_LIBS) " TLS libraries and programs at most"
+static struct { dev_t dev; ino_t ino; bool said; char shown[256]; } over[MAX_OVER];
+static int nover;
+static int over_unsaid;         /* found beyond MAX_OVER, not said yet */
 
 static const char *const system_libs[] = {
 	"/usr/lib/x86_64-linux-gnu/libssl.so.3", "/usr/lib/x86_64-linux-gnu/libssl.so.1.1",
@@ -159,6 +168,27 @@ static bool probed_already(const struct stat *st)
 	return false;
 }
 
+/* A file that would be probed but MAX_LIBS are: counted once; true when it
+ * is so (the caller stops there). */
+static bool probes_full(const struct stat *st, const char *shown)
+{
+	if (nlibs < MAX_LIBS)
+		return false;
+	for (int i = 0; i < nover; i++)
+		if (over[i].dev == st->st_dev && over[i].ino == st->st_ino)
+			return true;
+	if (nover < MAX_OVER) {
+		over[nover].dev = st->st_dev;
+		over[nover].ino = st->st_ino;
+		over[nover].said = false;
+		snprintf(over[nover].shown, sizeof(over[nover].shown), "%s", shown);
+		nover++;
+	} else {
+		over_unsaid++;
+	}
+	return true;
+}
+
 /* Probes one library file; false when it is not one or is probed already. */
 static bool add_lib(const char *path, const char *shown, int kind)
 {
@@ -166,7 +196,7 @@ static bool add_lib(const char *path, const char *shown, int kind)
 	struct stat st;
 	int attached = 0;
 
-	if (!obj || nlibs >= MAX_LIBS || stat(path, &st) || probed_already(&st))
+	if (!obj || stat(path, &st) || probed_already(&st) || probes_full(&st, shown))
 		return false;
 	l = &libs[nlibs];
 	memset(l, 0, sizeof(*l));
@@ -282,6 +312,8 @@ static bool add_go(const char *path, const char *shown)
 	if (!obj || stat(path, &st) || !S_ISREG(st.st_mode) || checked_before(&st))
 		return false;
 	err = go_tls_find(path, &f, why, sizeof(why));
+	if (!err && probes_full(&st, shown))
+		return false;
 	if ((err && err != -ENOTSUP) || nlibs >= MAX_LIBS) {
 		if (nchecked < MAX_CHECKED) {
 			checked[nchecked].dev = st.st_dev;
@@ -536,6 +568,18 @@ void tls_scan(const int *pids, int npids,
 			said(l->shown, attached, why, l->exec_pid ? l->late_ns : -1, l->exec_pid);
 		l->said = true;
 	}
+	for (int i = 0; i < nover && said; i++) {
+		if (!over[i].said)
+			said(over[i].shown, 0, OVER_WHY, -1, 0);
+		over[i].said = true;
+	}
+	if (over_unsaid && said) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "%d more TLS libraries or Go programs", over_unsaid);
+		said(what, 0, OVER_WHY, -1, 0);
+		over_unsaid = 0;
+	}
 }
 
 size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached)
@@ -569,6 +613,8 @@ void tls_stop(void)
 	}
 	nlibs = 0;
 	nchecked = 0;
+	nover = 0;
+	over_unsaid = 0;
 	memset(seen_maps, 0, sizeof(seen_maps));
 	tls_bpf__destroy(obj);
 	obj = NULL;
