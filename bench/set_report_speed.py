@@ -10,14 +10,20 @@ or thresholds ask for: nodes analysed in parallel, one process per CPU), and,
 for up to 8 nodes, the set's Perfetto export; medians of --reps runs each,
 interleaved. With --spark-reps N (and the spark extra installed), the same
 reports on Apache Spark in local mode (`--engine spark`, a JVM started per
-command, as a user's command does), N runs each. Needs root (the recording).
+command, as a user's command does), N runs each; with --spark-cluster, also
+on a standalone Spark cluster started on this machine (a master and two
+workers of a core each, tests/spark_cluster.py) for the sets of up to
+--cluster-max-nodes nodes. Each DuckDB command's peak resident memory is that of
+its largest process (the report, or one of its node workers: wait4's
+maxrss), the most of its runs (Spark's JVM is not waited for: not given). Needs root (the recording).
 
     sudo .venv/bin/python bench/set_report_speed.py [--nodes 1,8,16,64] [--reps 3]
-                                                    [--spark-reps 1]
+                                                    [--spark-reps 1] [--spark-cluster]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -67,10 +73,25 @@ def replicate(src: Path, dst: Path, n: int) -> None:
         (d / "meta.json").write_text(json.dumps(meta))
 
 
-def timed(cmd: list[str]) -> float:
+PEAK: dict[str, int] = {}      # command label -> peak RSS in KiB, the most of its runs
+
+
+def timed(cmd: list[str], label: str = "") -> float:
+    """The command's wall time; its largest process's peak RSS into PEAK[label]."""
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, cmd)
+    if label:
+        PEAK[label] = max(PEAK.get(label, 0), ru.ru_maxrss)
+    return dt
+
+
+def run(times: dict, what: str, n: int, cmd: list[str]) -> None:
+    times.setdefault((what, n), []).append(timed(cmd, f"{what}/{n}"))
 
 
 def main() -> None:
@@ -79,6 +100,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--spark-reps", type=int, default=0,
                     help="runs of each report on Spark (local[*]); 0: none")
+    ap.add_argument("--spark-cluster", action="store_true",
+                    help="also on a standalone cluster on this machine (--spark-reps runs)")
+    ap.add_argument("--cluster-max-nodes", type=int, default=8)
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="iotrace-setbench-"))
@@ -91,35 +115,50 @@ def main() -> None:
             replicate(one, sets[n], n)
         times: dict[tuple[str, int], list[float]] = {}
         for _ in range(a.reps):                     # interleaved: noise hits all sizes alike
-            times.setdefault(("report one trace", 1), []).append(
-                timed([*IOTRACE, "report", str(one), "--format", "json"]))
+            run(times, "report one trace", 1, [*IOTRACE, "report", str(one), "--format", "json"])
             for n in sizes:
-                times.setdefault(("report SET (summaries)", n), []).append(
-                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json"]))
+                run(times, "report SET (summaries)", n,
+                    [*IOTRACE, "report", str(sets[n]), "--format", "json"])
                 # a target makes every node's report read its raw events
-                times.setdefault(("report SET (raw events)", n), []).append(
-                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json",
-                           "--target-read", "1GB/s"]))
+                run(times, "report SET (raw events)", n,
+                    [*IOTRACE, "report", str(sets[n]), "--format", "json", "--target-read",
+                     "1GB/s"])
                 if n <= 8:
-                    times.setdefault(("export --perfetto SET", n), []).append(
-                        timed([*IOTRACE, "export", "--perfetto", str(sets[n]), "-o",
-                               str(work / f"s{n}.pftrace")]))
-        for _ in range(a.spark_reps):
-            for n in sizes:
-                spark = ["--engine", "spark"]
-                times.setdefault(("spark: SET (summaries)", n), []).append(
-                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json", *spark]))
-                times.setdefault(("spark: SET (raw events)", n), []).append(
-                    timed([*IOTRACE, "report", str(sets[n]), "--format", "json",
-                           "--target-read", "1GB/s", *spark]))
+                    run(times, "export --perfetto SET", n,
+                        [*IOTRACE, "export", "--perfetto", str(sets[n]), "-o",
+                         str(work / f"s{n}.pftrace")])
+        masters = [("spark", "local[*]")] if a.spark_reps else []
+        cluster = contextlib.ExitStack()
+        if a.spark_cluster and a.spark_reps:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from spark_cluster import standalone_cluster
+            masters.append(("spark cluster", cluster.enter_context(
+                standalone_cluster(work / "spark-cluster"))))
+        with cluster:
+            for _ in range(a.spark_reps):
+                for label, master in masters:
+                    for n in sizes:
+                        if label == "spark cluster" and n > a.cluster_max_nodes:
+                            continue
+                        spark = ["--engine", "spark", "--spark-master", master]
+                        run(times, f"{label}: SET (summaries)", n,
+                            [*IOTRACE, "report", str(sets[n]), "--format", "json", *spark])
+                        run(times, f"{label}: SET (raw events)", n,
+                            [*IOTRACE, "report", str(sets[n]), "--format", "json",
+                             "--target-read", "1GB/s", *spark])
         print(f"one node's trace: {meta['events']:,} events, "
               f"{meta['events_parquet_bytes'] / 1e6:.1f} MB of Parquet; "
               f"medians of {a.reps} interleaved runs (DuckDB) and {a.spark_reps} (Spark, "
               f"local[*]), {os.cpu_count()} CPUs")
-        print(f"{'command':26} {'nodes':>5} {'events':>12} {'median s':>9} {'s per node':>10}")
+        print(f"{'command':34} {'nodes':>5} {'events':>12} {'median s':>9} {'s per node':>10} "
+              f"{'peak RSS':>9}")
         for (what, n), xs in times.items():
             med = statistics.median(xs)
-            print(f"{what:26} {n:>5} {n * meta['events']:>12,} {med:>9.2f} {med / n:>10.2f}")
+            # Spark's JVM is not a process the report waits for: no peak
+            peak = ("-" if what.startswith("spark")
+                    else f"{PEAK.get(f'{what}/{n}', 0) / 1024:.0f} MiB")
+            print(f"{what:34} {n:>5} {n * meta['events']:>12,} {med:>9.2f} {med / n:>10.2f} "
+                  f"{peak:>9}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
