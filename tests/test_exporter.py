@@ -77,6 +77,17 @@ class Prometheus:
         return {r["metric"].get("cgroup", ""): float(r["value"][1])
                 for r in got["data"]["result"]}
 
+    def wait_scraping(self, timeout: float = 60.0) -> None:
+        """Until Prometheus has scraped its target (`up` is 1): its first
+        scrape comes seconds after it is ready, and a rate() over a window
+        it had not scraped yet would be extrapolated from a part of it."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.query("up", time.time()).get("", 0) == 1:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"prometheus did not scrape its target in {timeout:.0f} s")
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
@@ -103,6 +114,7 @@ def node(tmp_path):
         wait_for(f"http://127.0.0.1:{port}/metrics", "iotrace exporter", proc=exp,
                  needs=b"\niotrace_tracing 1.0")
         prom = Prometheus(tmp_path, f"127.0.0.1:{port}")
+        prom.wait_scraping()
         yield root, port, prom, exp
     finally:
         if prom:

@@ -341,6 +341,11 @@ class Collector:
                                     "hand to the recorder (their calls are missing).")
             c.add_metric([], float(s.recorder.get("drops", 0)))
             yield c
+            c = CounterMetricFamily("iotrace_page_faults_unresolved", "User page faults of the "
+                                    "jobs whose mapping the kernel could not look up at that "
+                                    "moment (not counted, whether or not on a file).")
+            c.add_metric([], float(s.recorder.get("faults_unresolved", 0)))
+            yield c
             c = CounterMetricFamily("iotrace_wakes_dropped", "Wake-ups between the jobs' threads "
                                     "the recorder could not sum (the data waits miss them).")
             c.add_metric([], float(s.recorder.get("wakes_lost", 0)))

@@ -1378,7 +1378,7 @@ open_core:
 			status("{\"type\":\"stats\",\"elapsed_ns\":%llu,\"events\":%llu,"
 			       "\"bytes_read\":%llu,\"bytes_written\":%llu,\"drops\":%llu,"
 			       "\"live\":%lld,\"profile_calls\":%llu,\"wakes_lost\":%llu,"
-			       "\"file_sums_lost\":%llu}",
+			       "\"file_sums_lost\":%llu,\"faults_unresolved\":%llu}",
 			       (unsigned long long)(now - t0), (unsigned long long)tot.events,
 			       (unsigned long long)(tot.bytes_read + prof_totals.bytes_read),
 			       (unsigned long long)(tot.bytes_written + prof_totals.bytes_written),
@@ -1386,7 +1386,8 @@ open_core:
 			       (long long)skel->bss->live_procs, (unsigned long long)prof_totals.calls,
 			       (unsigned long long)(counter_sum(skel, IOT_CNT_PROF_WAKE_LOST) +
 						    prof_counts.wakes_lost),
-			       (unsigned long long)prof_counts.files_lost);
+			       (unsigned long long)prof_counts.files_lost,
+			       (unsigned long long)counter_sum(skel, IOT_CNT_FAULT_UNRESOLVED));
 			last_stats = now;
 		}
 		/* the command's processes are gone: those traced besides it (--pid
