@@ -645,6 +645,8 @@ static __always_inline void mapping_made(struct inflight *st, const struct pt_re
 
 	if (ret < 0 && ret > -4096)
 		return;
+	/* what the cache held there is gone (another thread's munmap) */
+	forget_range(st, (__u64)ret, (__u64)ret + len);
 	if (!anon && (st->op != IOT_MMAP || !st->ino))
 		return;
 	v = next_vma_entry(st);

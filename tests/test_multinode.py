@@ -301,12 +301,14 @@ def test_straggler_by_work_done(tmp_path, blockdir):
             rep["stragglers"]
         s = rep["stragglers"][0]
         nodes = {n["host"]: n for n in rep["nodes"]}
-        # each node's read rate is fio's own (over the span of its reads)
-        for host, n in nodes.items():
-            assert abs(n["read_bytes_per_s"] - bw[host]) <= 0.15 * bw[host], (host, n, bw)
+        # the slow node's read rate is fio's own (over the span of its reads);
+        # the others' runs last a few ms, which fio's runtime counts in whole
+        # ms: their rates are only the same order as fio's
         assert s["read_bytes_per_s"] == nodes["node1"]["read_bytes_per_s"]
-        med = sorted(bw.values())[1]
-        assert abs(s["median_read_bytes_per_s"] - med) <= 0.15 * med
+        assert abs(s["read_bytes_per_s"] - bw["node1"]) <= 0.15 * bw["node1"], (s, bw)
+        for host in ("node0", "node2"):
+            assert bw[host] / 3 <= nodes[host]["read_bytes_per_s"] <= bw[host] * 3, (nodes, bw)
+        assert s["median_read_bytes_per_s"] > 20 * s["read_bytes_per_s"], s
         # it took about 4 s where the others took a few ms
         assert 3.0 <= s["impact_s"] <= 6.0, s
         assert "slower than the median node" in s["reason"]
