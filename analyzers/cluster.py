@@ -145,20 +145,27 @@ def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict
             continue
         rank = max(n["ranks"], key=lambda r: r["data_wait_share"] or 0, default=None)
         who = f"rank {rank['rank']}'s" if rank and rank["rank"] is not None else "its"
-        why = [f"{who} training loop waited for data {n['data_wait_share']:.0%} of its window "
-               f"(median node {med:.0%})"]
-        if n["stall_top"]:
-            why.append(f"mostly {STALL_WORDS[n['stall_top']]}")
-        if n["top_finding"]:
-            why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
-        out.append({"host": n["host"], "rank": rank["rank"] if rank else None,
-                    "pid": rank["pid"] if rank else None, "by": "data_wait",
-                    "reason": "; ".join(why), "cause": n["stall_top"],
-                    "finding": n["top_finding"]["id"] if n["top_finding"] else None,
-                    "data_wait_share": n["data_wait_share"],
-                    "impact_s": round(max(n["data_wait_s"] - med_s, 0.0), 3)})
+        out.append(_straggler(
+            n, rank, "data_wait",
+            f"{who} training loop waited for data {n['data_wait_share']:.0%} of its window "
+            f"(median node {med:.0%})", max(n["data_wait_s"] - med_s, 0.0)))
     named = {s["host"] for s in out}
     return out + [s for s in slow_work(nodes) if s["host"] not in named]
+
+
+def _straggler(n: dict, rank: Optional[dict], by: str, first: str, impact_s: float) -> dict:
+    """A straggler entry: its reason (first, then the node's stall cause and
+    top finding, in its own terms) and what it cost."""
+    why = [first]
+    if n["stall_top"]:
+        why.append(f"mostly {STALL_WORDS[n['stall_top']]}")
+    if n["top_finding"]:
+        why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
+    return {"host": n["host"], "rank": rank["rank"] if rank else None,
+            "pid": rank["pid"] if rank else None, "by": by,
+            "reason": "; ".join(why), "cause": n["stall_top"],
+            "finding": n["top_finding"]["id"] if n["top_finding"] else None,
+            "data_wait_share": n["data_wait_share"], "impact_s": round(impact_s, 3)}
 
 
 def straggler_cost(s: dict) -> str:
@@ -192,22 +199,14 @@ def slow_work(nodes: list[dict]) -> list[dict]:
         if lost < SLOW_WORK_MIN_S:
             continue
         rank = max(n["ranks"], key=lambda r: r["read_bytes"] or 0, default=None)
-        why = [f"read {human_bytes(n['bytes_read'])} at {human_rate(n['read_bytes_per_s'])} "
-               f"over {human_s(n['reading_span_s'])}, {med_r / n['read_bytes_per_s']:.0f}x "
-               f"slower than the median node ({human_rate(med_r)} over {human_s(med_span)}) "
-               f"for about the same bytes"]
-        if n["stall_top"]:
-            why.append(f"mostly {STALL_WORDS[n['stall_top']]}")
-        if n["top_finding"]:
-            why.append(f"top finding: {n['top_finding']['id']}: {n['top_finding']['title']}")
-        out.append({"host": n["host"], "rank": rank["rank"] if rank else None,
-                    "pid": rank["pid"] if rank else None, "by": "work",
-                    "reason": "; ".join(why), "cause": n["stall_top"],
-                    "finding": n["top_finding"]["id"] if n["top_finding"] else None,
-                    "data_wait_share": n["data_wait_share"],
-                    "read_bytes_per_s": n["read_bytes_per_s"],
-                    "median_read_bytes_per_s": med_r,
-                    "impact_s": round(lost, 3)})
+        s = _straggler(
+            n, rank, "work",
+            f"read {human_bytes(n['bytes_read'])} at {human_rate(n['read_bytes_per_s'])} "
+            f"over {human_s(n['reading_span_s'])}, {med_r / n['read_bytes_per_s']:.0f}x "
+            f"slower than the median node ({human_rate(med_r)} over {human_s(med_span)}) "
+            f"for about the same bytes", lost)
+        out.append({**s, "read_bytes_per_s": n["read_bytes_per_s"],
+                    "median_read_bytes_per_s": med_r})
     return out
 
 
