@@ -247,14 +247,18 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
         cands = [t for t in by_proc[pid] if t not in prod and score.get(t, 0) >= th["min_deliveries"]]
         if cands:
             best = max(cands, key=lambda t: (score[t], t == pid))
-        elif pid in threads and pid not in prod:
-            best = pid          # only other threads read: the main thread consumes
+        elif pid in threads:
+            # other threads read most of it: the main thread consumes (tf.data's
+            # readers; the main thread's own few reads, a config, do not make
+            # one of those readers the loop)
+            best = pid
         else:
             best = max(readers, key=lambda t: prod[t])
             loops.append(Loop(pid, best, threads[best][1], "self-loading", [best]))
             continue
         relays = [s[1] for s in sources.get(best, ()) if isinstance(s, tuple)]
-        loops.append(Loop(pid, best, threads[best][1], "loader-threads", readers + relays))
+        loops.append(Loop(pid, best, threads[best][1], "loader-threads",
+                          [t for t in readers + relays if t != best]))
     if not loops:
         return [], "dataset reads were seen, but no thread that consumes them"
     return loops, None
@@ -919,6 +923,7 @@ def _in_loader(con, tl: Timelines, lp: Loop, t0: int, t1: int, th: dict,
         lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
             lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
+        lp.kernel_waits = loader_frame.waits_in_frame(con, lp.tid, lp.loader, lp.kernel_waits)
         c = tl.calls(lp.tid, t0, t1)
         sl = c["sleep_op"]
         inside = loader_frame.time_inside(con, lp.tid, lp.loader, lp.kernel_waits, lp.end_ns,
@@ -958,8 +963,12 @@ def _loops_from_stacks(con, loops: list[Loop], th: dict, threads_of: dict) -> li
             lp = Loop(pid, tid, threads_of.get(tid, (pid, ""))[1], "loader-threads", [])
             out.append(lp)
         elif lp.tid != tid:
-            lp.producers = [t for t in lp.producers if t != tid] + [lp.tid]
+            # the thread the kernel took for the loop feeds the one that calls
+            # next(): a loop that seemed to read its data itself has a loader
+            lp.producers = list(dict.fromkeys([t for t in lp.producers if t != tid] + [lp.tid]))
             lp.tid, lp.name = tid, threads_of.get(tid, (pid, ""))[1]
+            if lp.how == "self-loading":
+                lp.how = "loader-threads"
         kids = [x for x in out if x.pid != pid and x.pid not in callers and under(x.pid, pid)]
         if not kids:
             continue

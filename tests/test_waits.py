@@ -35,11 +35,11 @@ def dataset(tmp_path_factory):
     shutil.rmtree(d, ignore_errors=True)
 
 
-def train(tmp_path, dataset, *args, prefix=()):
+def train(tmp_path, dataset, *args, prefix=(), extra=()):
     out = tmp_path / "truth.json"
     cmd = [*prefix, sys.executable, str(WORKLOADS / "train_loader.py"), str(dataset), str(out),
            *args]
-    proc, trace = trace_run(tmp_path / "trace", *cmd)
+    proc, trace = trace_run(tmp_path / "trace", *cmd, extra=extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     truth = json.loads(out.read_text())
     report = build_report(trace, Targets())
@@ -159,12 +159,13 @@ def test_pool_loader_compute_bound(tmp_path, dataset):
     when the loop waits, which a loop that computes seldom does. The loop is
     still the main thread, not the handler (which would wait 99% of the time).
     4 epochs over one pool (3 s): the loop's time inside IMapIterator.next, a
-    tenth of it, comes from the samples, 7 of them in one epoch's 0.8 s (a
-    point of AU each; under load one run saw 1). The pool's start in the
-    first next() is outside IMapIterator.next: compute to iotrace, a wait to
-    the loop's clock (2-3 points)."""
+    tenth of it, comes from the samples, 7 of them in one epoch's 0.8 s at
+    100 Hz (a point of AU each; under load one run saw 1 in all, too few to
+    find the frame): sampled at 300 Hz. The pool's start in the first next()
+    is outside IMapIterator.next: compute to iotrace, a wait to the loop's
+    clock (2-3 points)."""
     truth, v, _ = train(tmp_path, dataset, "--loader", "pool", "--workers", "2",
-                        "--compute", "0.06", "--epochs", "4")
+                        "--compute", "0.06", "--epochs", "4", extra=("--py-stacks", "300"))
     check_wait(truth, v)
     assert v["loops"][0]["how"] == "worker-processes"
     assert v["loops"][0]["producers"] >= 2

@@ -274,7 +274,8 @@ class Session:
                 # a program found at its exec: its TLS calls before then are not seen
                 probes.setdefault("tls_probed_after_start", []).append(
                     {"path": msg["path"], "pid": msg.get("pid"),
-                     "after_ms": round(msg["after_exec_ms"], 1)})
+                     "after_ms": round(msg["after_exec_ms"], 1),
+                     "probed_ns": msg.get("probed_ns")})
         elif kind == "exec-error":
             self.exec_errno = msg["errno"]
         elif kind == "error":

@@ -1,6 +1,8 @@
 """The short summary printed at the end of a run and by `iotrace summary`."""
 from __future__ import annotations
 
+import duckdb
+
 import platform
 import re
 from dataclasses import dataclass, field
@@ -190,11 +192,15 @@ def print_summary(t: Trace, console: Console) -> None:
             modules_off.append(f"{m.group(1)} ({m.group(2)})")
         else:
             console.print(f"  [yellow]probes skipped[/yellow] ({why}): {', '.join(probes)}")
-    for late in meta.get("probes", {}).get("tls_probed_after_start", []):
+    for late in tls_seen_late(t):
+        conns = late["connections_before"]
+        missed = (f"; {conns} connection(s) it opened before then, whose requests until then "
+                  f"are not in the trace" if conns else "")
         console.print(f"  [yellow]TLS seen late:[/yellow] {late['path']} (pid {late['pid']}) was "
                       f"probed {late['after_ms']:.0f} ms after the process ran or loaded it; its "
                       f"TLS calls before then are not in the trace (a program iotrace runs "
-                      f"itself, and the system's libraries, are probed before it starts)")
+                      f"itself, and the system's libraries, are probed before it starts)"
+                      + missed)
     for lib in meta.get("probes", {}).get("verbs_libraries_not_probed", []):
         console.print(f"  [yellow]RDMA verbs not traced:[/yellow] the job loaded {lib}, not the "
                       f"library probed; rerun with --verbs-lib {lib}")
@@ -220,6 +226,25 @@ def print_summary(t: Trace, console: Console) -> None:
         console.print(files)
     print_storage(t, console)
     print_endpoints(t, console)
+
+
+def tls_seen_late(t: Trace) -> list[dict]:
+    """The TLS libraries and Go programs probed only after their process ran
+    or mapped them (meta.json probes.tls_probed_after_start), each with the
+    number of connections of that process that began before its probes were
+    in (`connections_before`, None where the trace does not say when): the
+    requests those carried until then are missing from the trace."""
+    out = []
+    for late in t.meta.get("probes", {}).get("tls_probed_after_start", []):
+        n = None
+        if late.get("probed_ns"):
+            try:
+                n = int(t.con.execute("select count(*) from connections where pid = ? and ts_ns < ?",
+                                      [late["pid"], late["probed_ns"]]).fetchall()[0][0])
+            except duckdb.Error:        # a trace without a connections table (a profile)
+                pass
+        out.append({**late, "connections_before": n})
+    return out
 
 
 def print_endpoints(t: Trace, console: Console) -> None:
@@ -299,6 +324,7 @@ def summary_json(t: Trace) -> dict:
         "bytes_read": s.bytes_read,
         "bytes_written": s.bytes_written, "processes": s.processes, "threads": s.threads,
         "counters": s.counters,
+        "tls_seen_late": tls_seen_late(t),
         "unfinished_calls": [{"op": op, "what": what, "seconds": secs, "pid": pid, "tid": tid,
                               "began_before": before}
                              for op, what, secs, pid, tid, before in s.unfinished],

@@ -785,17 +785,17 @@ static void usage(FILE *f)
 }
 
 /* A TLS library a traced process mapped, or a Go program it ran: probed
- * from now on, or not (why); a program found at its exec ran after_exec_ns
- * unprobed. */
+ * from now on, or not (why); one found at its exec or mapping ran
+ * after_exec_ns unprobed, until probed_ns (the trace's clock). */
 static void tls_probed(const char *path, int attached, const char *why, long long after_exec_ns,
-		       int pid)
+		       int pid, unsigned long long probed_ns)
 {
 	char esc[1024], wesc[400];
 
 	status("{\"type\":\"tls-library\",\"path\":\"%s\",\"probes\":%d,\"why\":\"%s\","
-	       "\"after_exec_ms\":%.3f,\"pid\":%d}",
+	       "\"after_exec_ms\":%.3f,\"pid\":%d,\"probed_ns\":%llu}",
 	       json_escape(path, esc, sizeof(esc)), attached, json_escape(why, wesc, sizeof(wesc)),
-	       after_exec_ns < 0 ? -1.0 : after_exec_ns / 1e6, pid);
+	       after_exec_ns < 0 ? -1.0 : after_exec_ns / 1e6, pid, probed_ns);
 }
 
 static int parse_args(int argc, char **argv)

@@ -42,6 +42,7 @@ struct tls_lib {
 	int ngo_fds;
 	bool said;              /* announced (or probed before the job started) */
 	long long late_ns;      /* found at a process's exec: how long after it (else 0) */
+	unsigned long long probed_ns;   /* then: when its probes went in */
 	int exec_pid;
 };
 
@@ -445,7 +446,8 @@ static void mark_late(int first, int pid, __u64 since_ns)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	for (int i = first; i < nlibs; i++) {
-		libs[i].late_ns = (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec - (long long)since_ns;
+		libs[i].probed_ns = (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+		libs[i].late_ns = (long long)libs[i].probed_ns - (long long)since_ns;
 		libs[i].exec_pid = pid;
 	}
 }
@@ -543,7 +545,7 @@ static void scan_pid(int pid)
 }
 
 void tls_scan(const int *pids, int npids,
-	      void (*said)(const char *, int, const char *, long long, int))
+	      void (*said)(const char *, int, const char *, long long, int, unsigned long long))
 {
 	if (!obj)
 		return;
@@ -565,19 +567,20 @@ void tls_scan(const int *pids, int npids,
 		/* probed, or not with the reason; and for a program found at its
 		 * exec, how long it ran unprobed (its TLS calls then are not seen) */
 		if (!l->said && said)
-			said(l->shown, attached, why, l->exec_pid ? l->late_ns : -1, l->exec_pid);
+			said(l->shown, attached, why, l->exec_pid ? l->late_ns : -1, l->exec_pid,
+			     l->exec_pid ? l->probed_ns : 0);
 		l->said = true;
 	}
 	for (int i = 0; i < nover && said; i++) {
 		if (!over[i].said)
-			said(over[i].shown, 0, OVER_WHY, -1, 0);
+			said(over[i].shown, 0, OVER_WHY, -1, 0, 0);
 		over[i].said = true;
 	}
 	if (over_unsaid && said) {
 		char what[64];
 
 		snprintf(what, sizeof(what), "%d more TLS libraries or Go programs", over_unsaid);
-		said(what, 0, OVER_WHY, -1, 0);
+		said(what, 0, OVER_WHY, -1, 0, 0);
 		over_unsaid = 0;
 	}
 }

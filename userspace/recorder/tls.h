@@ -41,11 +41,12 @@ void tls_note_exec(int pid, __u64 exec_ns, const char *argv0);
 
 /* Reads the maps of pids, the processes attached to, on the first call and
  * probes the TLS libraries not probed yet; calls said(path, probes attached, why none,
- * ns between the program's exec and its probes or -1, its pid) once for
+ * ns between the program's exec or mapping and its probes or -1, its pid,
+ * when its probes went in (CLOCK_MONOTONIC ns, 0 when not late)) once for
  * each file found since the job started. */
 void tls_scan(const int *pids, int npids,
 	      void (*said)(const char *path, int attached, const char *why, long long after_exec_ns,
-			   int pid));
+			   int pid, unsigned long long probed_ns));
 
 size_t tls_probes_append(char *buf, size_t len, size_t off, bool attached);
 
