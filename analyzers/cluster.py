@@ -31,6 +31,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import statistics
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -344,10 +345,24 @@ def node_report(path: str, targets: Targets, thresholds_path: Optional[str],
     """One node's report from its raw events, as JSON (run in a worker)."""
     trace = engine.open_trace(path)
     try:
+        task = _spark_task_cpus()
+        if task and engine.name == "duckdb":
+            # a Spark task: the CPUs Spark gave it, not the whole executor host's
+            trace.con.execute(f"set threads = {task}")
         d = add_ranks(trace, build_report(trace, targets, thresholds_path).to_dict())
     finally:
         trace.con.close()
     return d
+
+
+def _spark_task_cpus() -> Optional[int]:
+    """The CPUs of the Spark task this runs in (spark.task.cpus), or None.
+    (A Spark worker has imported PySpark already; nothing else pays for it.)"""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import TaskContext
+    tc = TaskContext.get()
+    return int(tc.cpus()) if tc is not None else None
 
 
 def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[str] = None,
@@ -355,8 +370,11 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
                      from_events: bool = False) -> SetReport:
     """Nodes' reports run `jobs` at a time (default: the CPUs, at most the
     nodes). On DuckDB each is a process with a DuckDB of its own over its
-    own files; on Spark each is a thread with a Spark session of its own
-    (one SparkContext: the cluster runs the nodes' queries side by side)."""
+    own files. On Spark each is a task of one Spark job, run by DuckDB on an
+    executor over that node's files; with engine.sql (--spark-sql), a
+    thread with a Spark session of its own that runs the rules' SQL on
+    Spark (one SparkContext: the cluster runs the nodes' queries side by
+    side)."""
     reports: dict[str, dict] = {}
     sources: dict[str, str] = {}
     # a node's own summary serves when the report asks what it answered
@@ -370,7 +388,14 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
     args = [(str(m.path), targets, thresholds_path, engine) for m in todo]
     if progress and todo:
         progress(len(todo), len(ts.members))
-    if engine.name == "spark":
+    if engine.name == "spark" and not engine.sql:
+        # each node a task on the executors: DuckDB over its own files
+        from iotrace.spark_engine import map_tasks
+        # (absolute paths: an executor runs in a directory of its own)
+        results = map_tasks(engine.master, node_report,
+                            [(os.path.abspath(p), t, th and os.path.abspath(th), DUCKDB)
+                             for p, t, th, _ in args]) if args else []
+    elif engine.name == "spark":
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             results = list(pool.map(node_report, *zip(*args))) if args else []
     elif jobs > 1:

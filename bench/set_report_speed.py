@@ -10,7 +10,9 @@ or thresholds ask for: nodes analysed in parallel, one process per CPU), and,
 for up to 8 nodes, the set's Perfetto export; medians of --reps runs each,
 interleaved. With --spark-reps N (and the spark extra installed), the same
 reports on Apache Spark in local mode (`--engine spark`, a JVM started per
-command, as a user's command does), N runs each; with --spark-cluster, also
+command, as a user's command does: from raw events each node a Spark task,
+DuckDB on the executor; for sets of up to --spark-sql-max-nodes also every
+rule's SQL on Spark, --spark-sql), N runs each; with --spark-cluster, also
 on a standalone Spark cluster started on this machine (a master and two
 workers of a core each, tests/spark_cluster.py) for the sets of up to
 --cluster-max-nodes nodes. Each DuckDB command's peak resident memory is that of
@@ -103,6 +105,9 @@ def main() -> None:
     ap.add_argument("--spark-cluster", action="store_true",
                     help="also on a standalone cluster on this machine (--spark-reps runs)")
     ap.add_argument("--cluster-max-nodes", type=int, default=8)
+    ap.add_argument("--spark-sql-max-nodes", type=int, default=1,
+                    help="sets of up to this many nodes also with --spark-sql (every rule's "
+                         "SQL on Spark, about 16 s a node in local mode)")
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="iotrace-setbench-"))
@@ -143,9 +148,14 @@ def main() -> None:
                         spark = ["--engine", "spark", "--spark-master", master]
                         run(times, f"{label}: SET (summaries)", n,
                             [*IOTRACE, "report", str(sets[n]), "--format", "json", *spark])
+                        # the nodes as tasks: DuckDB on the executors
                         run(times, f"{label}: SET (raw events)", n,
                             [*IOTRACE, "report", str(sets[n]), "--format", "json",
                              "--target-read", "1GB/s", *spark])
+                        if n <= a.spark_sql_max_nodes:
+                            run(times, f"{label}: SET (raw, --spark-sql)", n,
+                                [*IOTRACE, "report", str(sets[n]), "--format", "json",
+                                 "--target-read", "1GB/s", "--spark-sql", *spark])
         print(f"one node's trace: {meta['events']:,} events, "
               f"{meta['events_parquet_bytes'] / 1e6:.1f} MB of Parquet; "
               f"medians of {a.reps} interleaved runs (DuckDB) and {a.spark_reps} (Spark, "

@@ -1,7 +1,8 @@
 """The report on both engines: DuckDB and Apache Spark (local mode, and a
 standalone cluster of a master and two workers started on this machine from
 the PySpark distribution) give the same report of the same trace set, field
-for field.
+for field: every rule's SQL run on Spark (--spark-sql), and each node's
+analysis a Spark task (the default).
 
 The set holds real traces of programs that make the rules fire: fio random
 4 KiB reads (random access, small reads), fio reading a file four times
@@ -131,7 +132,7 @@ CLUSTER_NODES = ("fio-rand", "locks")
 def test_spark_and_duckdb_give_the_same_report(trace_set, tmp_path):
     part = subset(trace_set, tmp_path / "set", LOCAL_NODES)
     duck = report(part, "--target-read", "1GB/s")
-    spark = report(part, "--target-read", "1GB/s", "--engine", "spark",
+    spark = report(part, "--target-read", "1GB/s", "--engine", "spark", "--spark-sql",
                    "--spark-master", "local[2]")
     assert duck["engine"] == "duckdb" and spark["engine"] == "spark"
     assert set(spark["node_report_sources"].values()) == {"events"}
@@ -149,15 +150,20 @@ def test_spark_and_duckdb_give_the_same_report(trace_set, tmp_path):
     assert diff(duck, spark) == []
 
 
-def test_spark_standalone_cluster_gives_the_same_report(trace_set, tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
     """A standalone cluster (spark://, a master and two workers of a core
-    each: executors in JVMs of their own reading the traces by their paths):
-    the same report as DuckDB's."""
+    each: executors in JVMs of their own reading the traces by their paths)."""
     from spark_cluster import standalone_cluster
+    with standalone_cluster(tmp_path_factory.mktemp("spark")) as url:
+        yield url
+
+
+def test_spark_standalone_cluster_gives_the_same_report(trace_set, tmp_path, cluster):
+    """Every rule's SQL on the cluster (--spark-sql): the same report as DuckDB's."""
     part = subset(trace_set, tmp_path / "set", CLUSTER_NODES)
     duck = report(part)
-    with standalone_cluster(tmp_path / "spark") as url:
-        spark = report(part, "--engine", "spark", "--spark-master", url)
+    spark = report(part, "--engine", "spark", "--spark-sql", "--spark-master", cluster)
     assert spark["engine"] == "spark"
     fired = {h: {f["id"] for f in n["findings"]} for h, n in spark["node_reports"].items()}
     assert {"random-access", "small-reads"} <= fired["fio-rand"], fired
@@ -166,10 +172,42 @@ def test_spark_standalone_cluster_gives_the_same_report(trace_set, tmp_path):
     assert diff(duck, spark) == []
 
 
+def test_nodes_as_spark_tasks_on_the_cluster(trace_set, cluster):
+    """The default on Spark: each node's analysis one task of a single job,
+    DuckDB on an executor over that node's files (the executors' Python is
+    this one, with iotrace). All the set's nodes; the report is DuckDB's."""
+    duck = report(trace_set, "--target-read", "1GB/s")
+    spark = report(trace_set, "--target-read", "1GB/s", "--engine", "spark",
+                   "--spark-master", cluster)
+    assert spark["engine"] == "spark" and len(spark["node_reports"]) >= 4
+    assert set(spark["node_report_sources"].values()) == {"events"}
+    duck.pop("engine"), spark.pop("engine")
+    assert diff(duck, spark) == []
+
+
+def test_executors_without_iotrace_are_a_clear_error(trace_set, tmp_path):
+    """Executors whose Python lacks iotrace (the system's Python here): one
+    line that says so and what to do, exit 3."""
+    import os
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("no system Python to stand for an executor's")
+    part = subset(trace_set, tmp_path / "set", ("loader",))
+    res = iotrace_cmd("report", str(part), "--from-events", "--engine", "spark",
+                      "--spark-master", "local[1]", timeout=300,
+                      env=dict(os.environ, PYSPARK_PYTHON="/usr/bin/python3"))
+    assert res.returncode == 3, res.stderr[-2000:]
+    line = [x for x in res.stderr.splitlines() if x.startswith("iotrace:")]
+    assert line and "cannot import iotrace" in line[-1] and "--spark-sql" in line[-1], \
+        res.stderr[-2000:]
+
+
 def test_spark_options_checked():
     proc = iotrace_cmd("report", "/nonexistent", "--spark-master", "spark://x:7077")
     assert proc.returncode == 2
     assert "--spark-master is for --engine spark" in proc.stderr
+    proc = iotrace_cmd("report", "/nonexistent", "--spark-sql")
+    assert proc.returncode == 2
+    assert "--spark-sql is for --engine spark" in proc.stderr
 
 
 def test_spark_that_cannot_start_is_a_clear_error(tmp_path):

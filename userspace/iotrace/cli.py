@@ -413,10 +413,12 @@ def emit_set_report(set_dir, targets, config, fmt, output, fail_on, window,
     why = ("--from-events" if from_events else
            "targets or thresholds given" if targets != Targets() or config
            else "no node summary")
+    where = "" if engine.name != "spark" else (
+        " (every rule's SQL on Spark)" if engine.sql else " (a node a task, DuckDB on the executors)")
     rep = build_set_report(ts, targets, config, progress=None if not sys.stderr.isatty() else (
         lambda todo, n: err_console.print(
             f"[dim]analysing the raw events of {todo} of {n} nodes ({why}) on "
-            f"{engine.name}[/dim]")), engine=engine, from_events=from_events)
+            f"{engine.name}{where}[/dim]")), engine=engine, from_events=from_events)
     if fmt == "text":
         from .viewers.set_text import render_set_text
         render_set_text(rep, _report_console(output, 110))
@@ -787,15 +789,23 @@ def attach(pids, cgroup, follow, duration, out, force, quiet, ringbuf_mb, profil
 @click.option("--engine", type=click.Choice(ENGINES), default="duckdb", show_default=True,
               help="Query engine of the analysis: duckdb (in this process, out of core) or "
                    "spark (Apache Spark through PySpark: pip install 'iotrace[spark]' and a "
-                   "Java 17+ runtime), for trace sets bigger than one machine. Both run the "
-                   "same rules and give the same report (docs/multinode.md).")
+                   "Java 17+ runtime), for trace sets bigger than one machine: each node's "
+                   "analysis a task on the executors (see --spark-sql). Both run the same "
+                   "rules and give the same report (docs/multinode.md).")
 @click.option("--spark-master", metavar="URL", default="local[*]", show_default=True,
               help="--engine spark: the Spark master, e.g. spark://head:7077 or yarn.")
+@click.option("--spark-sql", is_flag=True,
+              help="--engine spark, a trace set: run every rule's SQL on Spark, node by node "
+                   "(about a hundred Spark queries a node: slow), instead of each node's "
+                   "analysis as a Spark task (DuckDB on the executor, over that node's files; "
+                   "the executors' Python needs iotrace). For executors without iotrace, or "
+                   "to check the rules on Spark.")
 @click.option("--from-events", is_flag=True,
               help="A trace set: analyse every node's raw events, not the node summaries "
                    "written at the end of each trace.")
 def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output, fail_on,
-           window, loader_frame, kernel_only, verbose, engine, spark_master, from_events):
+           window, loader_frame, kernel_only, verbose, engine, spark_master, spark_sql,
+           from_events):
     """Say whether the training loop waits for data, why, and what to change.
 
     \b
@@ -821,13 +831,15 @@ def report(trace, target_read, target_write, gpus, per_gpu, config, fmt, output,
     targets = targets_from(target_read, target_write, gpus, per_gpu)
     if spark_master != "local[*]" and engine != "spark":
         fail("--spark-master is for --engine spark")
+    if spark_sql and engine != "spark":
+        fail("--spark-sql is for --engine spark")
     if engine != "spark":
         without_pandas()
     if loader_frame and not re.fullmatch(r"[\w.]+:[\w.<>]+", loader_frame):
         fail(f"--loader-frame {loader_frame!r}: give MODULE:FUNCTION, e.g. "
              "torch.utils.data.dataloader:_BaseDataLoaderIter.__next__")
     sys.exit(emit_report(trace, targets, config, fmt, output, fail_on, window, verbose,
-                         Engine(engine, spark_master), from_events, loader_frame,
+                         Engine(engine, spark_master, spark_sql), from_events, loader_frame,
                          kernel_only))
 
 

@@ -18,6 +18,9 @@ ENGINES = ("duckdb", "spark")
 class Engine:
     name: str = "duckdb"
     master: str = "local[*]"        # Spark's master URL
+    # Spark and a trace set: every rule's SQL on Spark, node by node (a
+    # hundred Spark queries a node), not each node's analysis a Spark task
+    sql: bool = False
 
     def connect(self):
         """A new connection with tables of its own."""

@@ -17,7 +17,8 @@ process, every request start opens a request; what the stream moves until
 the next request start belongs to it (HTTP/1.1 clients send one request at
 a time per connection). A TLS session is tied to its socket by the read or
 write system call made inside a TLS call on the same thread (or the last
-such call of the session: buffered reads make none).
+such call of the session: buffered reads make none; or, for its first calls,
+the session's next one: a Go goroutine can resume on another thread).
 """
 from __future__ import annotations
 
@@ -59,11 +60,17 @@ inner_call as (
      and s.ts_ns <= t.ts_ns + t.dur_ns
     group by all
 ),
+-- else the session's last such call before, else its first after (its first
+-- calls can make theirs on another thread: a Go goroutine parked on a full
+-- socket resumes on another thread; a session keeps its socket)
 tls_fd as (
     select t.* exclude (fd),
            coalesce(i.fd, last_value(i.fd ignore nulls) over (
                partition by t.pid, t.session order by t.ts_ns
-               rows between unbounded preceding and current row)) as fd
+               rows between unbounded preceding and current row),
+               first_value(i.fd ignore nulls) over (
+               partition by t.pid, t.session order by t.ts_ns
+               rows between current row and unbounded following)) as fd
     from tls t left join inner_call i using (pid, tid, ts_ns)
 )
 select * from sock union all by name select * from tls_fd;

@@ -18,6 +18,7 @@ Java 17+ runtime).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from decimal import Decimal
@@ -96,6 +97,35 @@ def _start(master: str):
         # 200 would make each of a node's hundred small queries 200 tasks)
         s.conf.set("spark.sql.shuffle.partitions", str(max(2, s.sparkContext.defaultParallelism)))
     return s
+
+
+def map_tasks(master: str, fn, args: list[tuple]) -> list:
+    """fn(*a) for each a of args, each a task of one Spark job, run on the
+    executors in their Python (PYSPARK_PYTHON, which needs iotrace
+    installed); the results in args' order. A trace set's nodes are analysed
+    so: one job for the whole set, each node by DuckDB on an executor over
+    its own files (paths every worker sees), instead of a hundred Spark
+    queries a node."""
+    sc = spark_session(master).sparkContext
+    rdd = sc.parallelize(list(enumerate(args)), numSlices=max(1, len(args)))
+    try:
+        got = dict(rdd.map(lambda ia: (ia[0], fn(*ia[1]))).collect())
+    except Exception as e:  # noqa: BLE001 - a task's Python error, inside the JVM's
+        raise IotraceError(task_error(str(e)), EXIT_ENV) from None
+    return [got[i] for i in range(len(args))]
+
+
+def task_error(text: str) -> str:
+    """One line from a failed Spark job's error: the Python exception a task
+    raised (its traceback is in the JVM's message), with what to do."""
+    if "No module named 'iotrace'" in text or "No module named 'duckdb'" in text:
+        return ("the Spark executors' Python cannot import iotrace: install it there "
+                "(pip install iotrace) or point PYSPARK_PYTHON at a Python that has it, or "
+                "run every rule's SQL on Spark instead (--spark-sql)")
+    errs = re.findall(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", text, re.M)
+    py = [(k, m) for k, m in errs if not k.startswith(("Py4J", "Spark"))]
+    kind, msg = (py or errs or [("", text.strip().splitlines()[0] if text.strip() else "")])[-1]
+    return f"a node's analysis failed on a Spark executor: {kind + ': ' if kind else ''}{msg[:300]}"
 
 
 def _plain(v):
