@@ -214,35 +214,48 @@ def slow_work(nodes: list[dict]) -> list[dict]:
 def timeline(ts: TraceSet, engine: Engine = DUCKDB) -> tuple[list[dict], Optional[int]]:
     """Read and write bytes per second of the whole job on the common axis,
     from each node's summary (rates.parquet), or the same computed from its
-    raw events where it has none; and the axis' origin (wall ns of t_s 0)."""
-    con = ts.con if engine == DUCKDB else engine.connect()
-    parts = []
+    raw events where it has none; and the axis' origin (wall ns of t_s 0).
+    The summaries' rates (a few rows a second a node) are read by the set's
+    DuckDB whatever the engine: on Spark each file was a query of its own
+    (45 s for 64 nodes on a two-worker cluster); raw events are the
+    engine's."""
+    duck, other = [], []
+    con = None
     for i, m in enumerate(ts.members):
         p = m.path / SUMMARY_DIR / RATES
         if p.exists():
-            engine.parquet_view(con, f"m{i}_rates", p)
-            src = f"m{i}_rates"
+            DUCKDB.parquet_view(ts.con, f"m{i}_rates", p)
+            src, parts = f"m{i}_rates", duck
+        elif engine == DUCKDB:          # the set's DuckDB has these views already
+            src, parts = f"({rates_sql(f'm{i}_events')})", duck
         else:
-            if engine != DUCKDB:            # the set's DuckDB has these already
-                engine.trace_views(con, m.path, prefix=f"m{i}_")
-            src = f"({rates_sql(f'm{i}_events')})"
+            con = con or engine.connect()
+            engine.trace_views(con, m.path, prefix=f"m{i}_")
+            src, parts = f"({rates_sql(f'm{i}_events')})", other
         parts.append(f"select '{m.host.replace(chr(39), chr(39) * 2)}' as host, "
                      f"second * 1000000000 + {int(ts.clock[m.host]['offset_ns'])} as wall_ns, "
                      f"read_bytes as r, write_bytes as w from {src}")
-    src = "(" + " union all ".join(parts) + ")"
-    rows = con.execute(f"""
-        with io as {src}, t0 as (select min(wall_ns) as t0 from io)
-        select ((wall_ns - t0) // 1000000000)::int as s, host, sum(r) as r, sum(w) as w,
-               any_value(t0) as t0
-        from io, t0 group by all order by 1, 2""").fetchall()
+    per_second: list[tuple] = []        # (host, wall ns of its second, read, written)
+    for c, parts in ((ts.con, duck), (con, other)):
+        if parts:
+            per_second += c.execute(f"""
+                select host, wall_ns, sum(r), sum(w)
+                from ({" union all ".join(parts)}) group by all""").fetchall()
+    if not per_second:
+        return [], None
+    origin = min(int(w) for _, w, _, _ in per_second)
+    sums: dict[tuple[int, str], list[int]] = {}
+    for host, wall, r, w in per_second:
+        e = sums.setdefault(((int(wall) - origin) // 1_000_000_000, host), [0, 0])
+        e[0] += int(r or 0)
+        e[1] += int(w or 0)
     out: dict[int, dict] = {}
-    origin = int(rows[0][4]) if rows else None
-    for s, host, r, w, _ in rows:
+    for (s, host), (r, w) in sorted(sums.items()):
         e = out.setdefault(s, {"t_s": s, "read_bytes_per_s": 0, "write_bytes_per_s": 0,
                                "read_by_host": {}})
-        e["read_bytes_per_s"] += int(r or 0)
-        e["write_bytes_per_s"] += int(w or 0)
-        e["read_by_host"][host] = e["read_by_host"].get(host, 0) + int(r or 0)
+        e["read_bytes_per_s"] += r
+        e["write_bytes_per_s"] += w
+        e["read_by_host"][host] = r
     return [out[k] for k in sorted(out)], origin
 
 
