@@ -2,11 +2,13 @@
 # Runs inside the Debian 6.1 VM (tests/test_vm.py boots it with virtme-ng),
 # one part per boot:
 #   nfs   an NFS server and client on loopback (v3 and v4.2 over TCP), NFS v3
-#         over RDMA on Soft-RoCE (rdma_rxe on a dummy interface), then the NFS,
-#         RDMA and verbs tests that need a device;
+#         over RDMA on Soft-RoCE (rdma_rxe on a dummy interface), then fentry
+#         against the tracepoints on the same calls, and the NFS, RDMA and
+#         verbs tests that need a device;
 #   core  the recorder's core tests, the page-cache, mmap, block, libaio and
-#         io_uring tests on an ext4 on a loop device, and fentry against the
-#         tracepoints on the same calls.
+#         io_uring tests on an ext4 on a loop device.
+# The two boot side by side (tests/test_vm.py): the hooks tests (~90 s) are
+# in the nfs part so that the two take about as long.
 # Usage: run_in_vm.sh REPO OUT PART
 set -u
 REPO=$1
@@ -67,10 +69,11 @@ if [ "$PART" = nfs ]; then
         2>>"$OUT/setup.log" || log "NFS over RDMA mount failed"
     grep nfs /proc/mounts >> "$OUT/setup.log"
     rdma link >> "$OUT/setup.log" 2>&1
-    set -- tests/vm/test_nfs_vm.py tests/vm/test_rdma_vm.py \
+    set -- tests/test_hooks.py tests/vm/test_nfs_vm.py tests/vm/test_rdma_vm.py \
         tests/test_verbs.py::test_control_path_with_a_device \
         tests/test_verbs.py::test_memory_registrations_and_the_refused_one \
-        tests/test_verbs.py::test_report_names_the_refused_registration
+        tests/test_verbs.py::test_report_names_the_refused_registration \
+        --deselect tests/test_hooks.py::test_bad_setting_is_one_line
 else
     # A block device for the page-cache, mmap, block, libaio and io_uring tests
     # (the guest's /tmp is an overlay, its root the host's): an ext4 on a loop
@@ -82,15 +85,14 @@ else
         mkdir -p $B && mount -o loop $W/disk.img $B 2>>"$OUT/setup.log" || log "loop ext4 failed"
     grep " $B " /proc/mounts >> "$OUT/setup.log"
     export IOTRACE_BLOCK_DIR=$B
-    set -- tests/test_hooks.py tests/test_calls.py::test_relative_open_after_chdir_and_writes \
+    set -- tests/test_calls.py::test_relative_open_after_chdir_and_writes \
         tests/test_calls.py::test_openat_with_dirfd_and_dup2_alias \
         tests/test_wakers.py tests/test_fio.py::test_random_4k_reads_exact \
         tests/test_storage.py::test_cold_read_comes_from_storage_warm_from_memory \
         tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \
         "tests/test_async_io.py::test_libaio_direct_reads_and_writes_exact[auto]" \
         "tests/test_async_io.py::test_io_uring_random_reads_exact[8]" \
-        tests/test_go_tls.py::test_go_tls_calls_exact \
-        --deselect tests/test_hooks.py::test_bad_setting_is_one_line
+        tests/test_go_tls.py::test_go_tls_calls_exact
     # Left to the host (the suite's 35-minute budget; the same probes as above on
     # 6.1): SQPOLL, the memmap read-around finding, plain-HTTP request parsing,
     # and three of test_calls' five (failed opens, metadata calls, pipes and
@@ -99,7 +101,7 @@ else
 fi
 # Under emulation the 141 fentry programs make each traced command ~40 s
 # slower (loading and attaching them; an RCU-tasks grace period per link when
-# they go): the tests run on the tracepoints, except tests/test_hooks.py (core
+# they go): the tests run on the tracepoints, except tests/test_hooks.py (nfs
 # part, run first), which picks the hooks itself: auto, which is fentry on
 # 6.1, and both side by side on the same calls.
 export IOTRACE_HOOKS=tracepoint
