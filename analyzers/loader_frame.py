@@ -220,7 +220,7 @@ def _from_data(con, ts, sid, kernel_waits, th) -> tuple[Optional[LoaderFrame], s
     return LoaderFrame(fn, file, "data", "", n), ""
 
 
-def _attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray]:
+def attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray]:
     """(ts, inside) of the loop thread's stack reads in time order. A failed
     read of its process's stacks (stack_id -1: a stack that changed while it
     was read, mostly of a thread running Python code) takes the state of the
@@ -248,7 +248,7 @@ def _attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray
     return ts, inside
 
 
-def waits_in_frame(con, tid: int, frame: LoaderFrame, known: np.ndarray) -> np.ndarray:
+def waits_in_frame(known: np.ndarray, samples: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """The kernel's waits of the loop (`known`) less those its samples show
     it outside the loader frame for (most of the samples that fall in them):
     blocked then, but not for data. The sampler reads blocked threads too.
@@ -256,11 +256,9 @@ def waits_in_frame(con, tid: int, frame: LoaderFrame, known: np.ndarray) -> np.n
     optimisation, seconds) blocks the Python thread on the runtime's threads,
     which also hand it its batches: 2.4 s of a 5.5 s loop's compute were
     counted as waits for data (AU 2% against its own 61%). A wait with no
-    sample in it stays."""
-    if not len(known):
-        return known
-    ts, inside = _attempts(con, tid, frame)
-    if not len(ts):
+    sample in it stays. samples: the loop's (attempts)."""
+    ts, inside = samples
+    if not len(known) or not len(ts):
         return known
     a = np.searchsorted(ts, known[:, 0], side="left")
     b = np.searchsorted(ts, known[:, 1], side="right")
@@ -271,7 +269,8 @@ def waits_in_frame(con, tid: int, frame: LoaderFrame, known: np.ndarray) -> np.n
 
 def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY,
                 end: Optional[int] = None, rest_only: bool = False,
-                sleeps: np.ndarray = ivl.EMPTY) -> np.ndarray:
+                sleeps: np.ndarray = ivl.EMPTY,
+                samples: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
     """Intervals the loop thread spent in the frame: the waits the kernel saw
     (`known`, exact), and more time from the loop's samples, from its first
     entry to `end`: as much as their share in the frame says in all, or
@@ -283,7 +282,7 @@ def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY
     extra time neither counts nor spans (one sample in the frame between two
     of the kernel's waits 10 ms apart got the whole gap, and 5 steps' waits
     and the sleeps between them were one)."""
-    ts, inside = _attempts(con, tid, frame)
+    ts, inside = samples if samples is not None else attempts(con, tid, frame)
     kw = ivl.union(known) if len(known) else ivl.EMPTY.copy()
     if len(ts) < 2 or not inside.any():
         return kw

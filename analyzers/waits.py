@@ -923,12 +923,14 @@ def _in_loader(con, tl: Timelines, lp: Loop, t0: int, t1: int, th: dict,
         lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
             lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
-        lp.kernel_waits = loader_frame.waits_in_frame(con, lp.tid, lp.loader, lp.kernel_waits)
+        samples = loader_frame.attempts(con, lp.tid, lp.loader)
+        lp.kernel_waits = loader_frame.waits_in_frame(lp.kernel_waits, samples)
         c = tl.calls(lp.tid, t0, t1)
         sl = c["sleep_op"]
         inside = loader_frame.time_inside(con, lp.tid, lp.loader, lp.kernel_waits, lp.end_ns,
                                           rest_only=lp.how != "self-loading",
-                                          sleeps=ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]))
+                                          sleeps=ivl.as_iv(c["ts_ns"][sl], c["end_ns"][sl]),
+                                          samples=samples)
         lp.episodes = ivl.clip(ivl.union(inside, int(th["merge_gap_ms"] * 1e6)), t0, t1)
 
 

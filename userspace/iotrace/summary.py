@@ -1,13 +1,12 @@
 """The short summary printed at the end of a run and by `iotrace summary`."""
 from __future__ import annotations
 
-import duckdb
-
 import platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 from rich.console import Console
 from rich.table import Table
 
