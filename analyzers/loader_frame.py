@@ -256,7 +256,11 @@ def waits_in_frame(known: np.ndarray, samples: tuple[np.ndarray, np.ndarray]) ->
     optimisation, seconds) blocks the Python thread on the runtime's threads,
     which also hand it its batches: 2.4 s of a 5.5 s loop's compute were
     counted as waits for data (AU 2% against its own 61%). A wait with no
-    sample in it stays. samples: the loop's (attempts)."""
+    sample in it stays, unless it ended before a sample outside the frame
+    that came before the loop's first in it: the loop had not called next()
+    yet (tf.data's threads start as the dataset is built, and the Python
+    thread waited on them 1.7 s before its first next(), which the window
+    took in). samples: the loop's (attempts)."""
     ts, inside = samples
     if not len(known) or not len(ts):
         return known
@@ -264,7 +268,11 @@ def waits_in_frame(known: np.ndarray, samples: tuple[np.ndarray, np.ndarray]) ->
     b = np.searchsorted(ts, known[:, 1], side="right")
     n_in = np.concatenate(([0], np.cumsum(inside)))
     sampled, in_frame = b - a, n_in[b] - n_in[a]
-    return known[(sampled == 0) | (2 * in_frame >= sampled)]
+    keep = (sampled == 0) | (2 * in_frame >= sampled)
+    first = int(np.argmax(inside)) if inside.any() else len(ts)
+    if first > 0:
+        keep &= known[:, 1] > ts[first - 1]
+    return known[keep]
 
 
 def time_inside(con, tid: int, frame: LoaderFrame, known: np.ndarray = ivl.EMPTY,
