@@ -9,7 +9,8 @@ against the per-node target). Then, across nodes:
               synchronous data-parallel training every rank waits for the
               slowest at each step, so the others' time is lost to it.
               reason = its own stall cause and top finding; impact_s = its
-              data wait minus the median node's (what the job lost to it).
+              data wait minus the median node's (what the job lost to it);
+              nodes whose verdict is unknown (too little to judge) left out.
               And nodes that did the same work much slower (`by` "work"):
               read about as many bytes as the median node (within 2x) at
               under half its rate, taking at least slow_work_min_s longer
@@ -135,12 +136,15 @@ def _node(host: str, path: str, r: dict, ranks: dict, targets: Targets = Targets
 
 
 def stragglers(nodes: list[dict], margin: float = STRAGGLER_MARGIN) -> list[dict]:
-    known = [n for n in nodes if n["data_wait_share"] is not None]
-    if len(known) < 2:
-        return []
-    med = statistics.median(n["data_wait_share"] for n in known)
-    med_s = statistics.median(n["data_wait_s"] for n in known)
-    out = []
+    # a node whose verdict is too little to judge (a 10 ms "training window")
+    # is no measure of waiting: its share neither names nor sets the median
+    known = [n for n in nodes if n["data_wait_share"] is not None and n["status"] != "unknown"]
+    out: list[dict] = []
+    if len(known) < 2:          # no median to wait against: the work done alone
+        known = []
+    else:
+        med = statistics.median(n["data_wait_share"] for n in known)
+        med_s = statistics.median(n["data_wait_s"] for n in known)
     for n in sorted(known, key=lambda n: -n["data_wait_share"]):
         if n["data_wait_share"] - med < margin:
             continue

@@ -239,6 +239,19 @@ def blockdir(tmp_path):
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """A standalone Spark cluster (spark://, a master and two workers of a
+    core each: executors in JVMs of their own reading the traces by their
+    paths), one for the session (it starts in ~13 s; idle it costs nothing)."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install '.[spark]')")
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime for Spark")
+    from spark_cluster import standalone_cluster
+    with standalone_cluster(tmp_path_factory.mktemp("spark")) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """(port, dir) of a moto S3 server process with a bucket "data", one per

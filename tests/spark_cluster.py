@@ -85,3 +85,25 @@ def standalone_cluster(work: Path, workers: int = 2, cores: int = 1, memory: str
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+def report_diff(a, b, path="") -> list[str]:
+    """Where two reports (JSON values) differ: numbers within 1e-9 (relative)
+    are equal."""
+    import math
+    out = []
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            out += report_diff(a.get(k, "<missing>"), b.get(k, "<missing>"), f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{path}: {len(a)} vs {len(b)} items")
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += report_diff(x, y, f"{path}[{i}]")
+    elif isinstance(a, (int, float)) and isinstance(b, (int, float)) \
+            and not isinstance(a, bool) and not isinstance(b, bool):
+        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9):
+            out.append(f"{path}: {a!r} vs {b!r}")
+    elif a != b:
+        out.append(f"{path}: {str(a)[:200]!r} vs {str(b)[:200]!r}")
+    return out

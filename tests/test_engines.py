@@ -15,7 +15,6 @@ rules).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WORKLOADS, iotrace_cmd, needs_root, trace_run
+from spark_cluster import report_diff as diff
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install '.[spark]')")
 if shutil.which("java") is None:
@@ -31,26 +31,6 @@ if shutil.which("java") is None:
 
 MiB = 1 << 20
 pytestmark = needs_root()
-
-
-def diff(a, b, path=""):
-    """Where two JSON values differ: numbers within 1e-9 (relative) are equal."""
-    out = []
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            out += diff(a.get(k, "<missing>"), b.get(k, "<missing>"), f"{path}.{k}")
-    elif isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            out.append(f"{path}: {len(a)} vs {len(b)} items")
-        for i, (x, y) in enumerate(zip(a, b)):
-            out += diff(x, y, f"{path}[{i}]")
-    elif isinstance(a, (int, float)) and isinstance(b, (int, float)) \
-            and not isinstance(a, bool) and not isinstance(b, bool):
-        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9):
-            out.append(f"{path}: {a!r} vs {b!r}")
-    elif a != b:
-        out.append(f"{path}: {str(a)[:200]!r} vs {str(b)[:200]!r}")
-    return out
 
 
 def record(tmp: Path, host: str, *command: str) -> Path:
@@ -148,15 +128,6 @@ def test_spark_and_duckdb_give_the_same_report(trace_set, tmp_path):
                 "refetched-objects"} <= fired["s3"], fired
     duck.pop("engine"), spark.pop("engine")
     assert diff(duck, spark) == []
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A standalone cluster (spark://, a master and two workers of a core
-    each: executors in JVMs of their own reading the traces by their paths)."""
-    from spark_cluster import standalone_cluster
-    with standalone_cluster(tmp_path_factory.mktemp("spark")) as url:
-        yield url
 
 
 def test_spark_standalone_cluster_gives_the_same_report(trace_set, tmp_path, cluster):

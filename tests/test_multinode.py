@@ -7,6 +7,7 @@ storage, and count per node what each rank read."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -56,7 +57,7 @@ def network_namespaces(n: int):
         subprocess.run(["ip", "link", "del", br], capture_output=True)
 
 
-def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
+def test_straggler_node_named_for_its_storage(tmp_path, blockdir, request):
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_gloo_available():
         pytest.skip("torch without gloo")
@@ -109,6 +110,17 @@ def test_straggler_node_named_for_its_storage(tmp_path, blockdir):
     for a, b in zip(rep["nodes"], raw["nodes"]):
         assert a["accelerator_utilization"] == b["accelerator_utilization"]
         assert a["bytes_read"] == b["bytes_read"]
+    # the same report from a standalone Spark cluster (each node a task on an
+    # executor), field for field
+    if importlib.util.find_spec("pyspark") and shutil.which("java"):
+        from spark_cluster import report_diff
+        res = iotrace_cmd("report", str(tset), "--format", "json", "--gpus", "1", "--per-gpu",
+                          "1GB/s", "--engine", "spark", "--spark-master",
+                          request.getfixturevalue("cluster"), timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        spark = json.loads(res.stdout)
+        assert spark.pop("engine") == "spark" and raw.pop("engine") == "duckdb"
+        assert report_diff(raw, spark) == []
     assert raw["verdict"]["read_target_ratio"] < 1
     nodes = {n["host"]: n for n in rep["nodes"]}
     assert set(nodes) == {f"node{i}" for i in range(NODES)}
