@@ -284,7 +284,11 @@ def test_straggler_by_work_done(tmp_path, blockdir):
     """Three nodes (UTS namespaces) each read a 32 MiB file of their own with
     fio, no training loop in sight (every second a wait, so none stands out
     by waiting); one node's storage is throttled to 8 MB/s. The set report
-    names that node for doing the same work much slower, at fio's own rates."""
+    names that node (and its rank: RANK in fio's environment) for doing the
+    same work much slower, at fio's own rates. Then a set of 256 nodes made
+    of these traces (copies as other ranks, their clocks shifted), the slow
+    one once: the same straggler from the node summaries on DuckDB and on
+    Spark."""
     if shutil.which("fio") is None:
         pytest.skip("fio not installed")
     files = [random_file(blockdir / f"data{i}.bin", 32) for i in range(NODES)]
@@ -299,7 +303,7 @@ def test_straggler_by_work_done(tmp_path, blockdir):
                    f'hostname node{i} && exec "$@"', "sh",
                    *IOTRACE, "run", "-q", "-o", f"{tset}/host=%h", "--", *fio]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
+                                          text=True, env=dict(os.environ, RANK=str(i))))
         outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e[-1500:] for _, e in outs]
     bw = {f"node{i}": json.loads(o[o.index("{"):])["jobs"][0]["read"]["bw_bytes"]
@@ -309,8 +313,8 @@ def test_straggler_by_work_done(tmp_path, blockdir):
         res = iotrace_cmd("report", str(tset), "--format", "json", *extra)
         assert res.returncode == 0, res.stderr
         rep = json.loads(res.stdout)
-        assert [(s["host"], s["by"]) for s in rep["stragglers"]] == [("node1", "work")], \
-            rep["stragglers"]
+        assert [(s["host"], s["rank"], s["by"]) for s in rep["stragglers"]] == \
+            [("node1", 1, "work")], rep["stragglers"]
         s = rep["stragglers"][0]
         nodes = {n["host"]: n for n in rep["nodes"]}
         # the slow node's read rate is fio's own (over the span of its reads);
@@ -325,3 +329,31 @@ def test_straggler_by_work_done(tmp_path, blockdir):
         assert 3.0 <= s["impact_s"] <= 6.0, s
         assert "slower than the median node" in s["reason"]
         assert "node1" in rep["verdict"]["summary"]
+    # 256 nodes: the two fast nodes' traces copied as 255 ranks, the slow one's
+    # as rank 128, each clock shifted (another boot); the report from the node
+    # summaries names that node and rank, on both engines. (From raw events a
+    # node costs ~0.17 s however small, 43 s for these: bench/
+    # set_report_speed.py checks 256 nodes so on every engine.)
+    from synthetic_set import copy_node
+    big = tmp_path / "set256"
+    for k in range(256):
+        src = tset / ("host=node1" if k == 128 else f"host=node{0 if k % 2 else 2}")
+        copy_node(src, big / f"host=node{k:03d}", f"node{k:03d}", k, k * 1001)
+    runs = [()]
+    if importlib.util.find_spec("pyspark") and shutil.which("java"):
+        runs.append(("--engine", "spark", "--spark-master", "local[2]"))
+    for extra in runs:
+        res = iotrace_cmd("report", str(big), "--format", "json", *extra, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rep = json.loads(res.stdout)
+        assert len(rep["nodes"]) == 256 and rep["engine"] == (extra[1] if extra else "duckdb")
+        assert set(rep["node_report_sources"].values()) == {"summary"}
+        assert [(s["host"], s["rank"], s["by"]) for s in rep["stragglers"]] == \
+            [("node128", 128, "work")], (extra, rep["stragglers"])
+        assert 3.0 <= rep["stragglers"][0]["impact_s"] <= 6.0, rep["stragglers"]
+        # the job's timeline: every node's reads (its 32 MiB, and fio's own
+        # files) on the one axis, the copies' clocks put back: the seconds of
+        # the slow node's run, not 256 boots apart
+        read = sum(t["read_bytes_per_s"] for t in rep["timeline"])
+        assert 256 * 32 * MIB <= read <= 256 * 33 * MIB and len(rep["timeline"]) <= 10, \
+            (read, len(rep["timeline"]))
