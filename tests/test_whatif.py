@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -144,9 +145,9 @@ def test_cli(one_worker):
 def test_storage_rate_and_cache_then_dlio(tmp_path):
     """DLIO (its PyTorch loader, 2 workers, 0.05 s compute) over cold data,
     the storage throttled to 50 MB/s: predict 100 and 25 MB/s and the data
-    in the page cache; run DLIO so (untraced) and hold each prediction to
-    DLIO's own clock around next(), without the first step, as the model
-    counts."""
+    in the page cache; run DLIO so (untraced; cached, three times: the
+    median) and hold each prediction to DLIO's own clock around next(),
+    without the first step, as the model counts."""
     pytest.importorskip("dlio_benchmark")
     import test_dlio as dl
     gen = tmp_path / "gen"
@@ -185,9 +186,12 @@ def test_storage_rate_and_cache_then_dlio(tmp_path):
             with cold_throttled_reads(data, bps) as prefix:
                 ran, _ = dlio_au(prefix)
         else:
+            # cached, the two workers decode on the 2 CPUs the loop's own
+            # unpickling needs: DLIO's own AU so varied from 88 to 97.5% run
+            # to run (its waits are a few ms a step): the median of three
             for f in (data / "train").iterdir():
                 f.read_bytes()
-            ran, _ = dlio_au()
+            ran = statistics.median(dlio_au()[0] for _ in range(3))
         print(f"{setting}: predicted {p['predicted_au']:.1%} ({p['limited_by']}), "
               f"DLIO {ran:.1%}")
         # a faster storage is predicted from the traced run's own rate, whose
