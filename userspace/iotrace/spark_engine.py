@@ -351,15 +351,18 @@ def create_views(con: SparkConnection, root: Path, prefix: str = "") -> None:
 
 def _request_views(spark, root: Path, prefix: str) -> None:
     """requests and connections: their Parquet files, or for a trace made
-    before them, derived from its events by DuckDB (requests.derive) into a
-    temporary directory Spark reads."""
+    before them, derived from its events by DuckDB (trace.derive_requests)
+    into a temporary directory Spark reads (lazily: removed at exit)."""
     names = ("requests", "connections", "fuse_requests")
     if not all((root / f"{n}.parquet").exists() for n in names):
+        import atexit
+        import shutil
         import tempfile
         import pyarrow.parquet as pq
-        from .requests import derive
+        from .trace import derive_requests
         tmp = Path(tempfile.mkdtemp(prefix="iotrace-requests-"))
-        for n, table in zip(names, derive(root)):
+        atexit.register(shutil.rmtree, tmp, True)
+        for n, table in zip(names, derive_requests(root)):
             pq.write_table(table, tmp / f"{n}.parquet")
         root = tmp
     for n in names:

@@ -350,7 +350,7 @@ def is_profile(meta: dict) -> bool:
     return meta.get("capture") == "profile"
 
 
-def _derive_requests(root: Path):
+def derive_requests(root: Path):
     """(requests, connections, fuse_requests) as Arrow tables, for a trace
     made before these tables were written: requests.py's SQL over the
     trace's events."""
@@ -375,7 +375,7 @@ def _request_views(con: duckdb.DuckDBPyConnection, root: Path, prefix: str) -> N
             con.execute(f"create or replace view {prefix}{n} as select * from "
                         f"read_parquet('{q}', hive_partitioning = false)")
         return
-    for n, table in zip(names, _derive_requests(root)):
+    for n, table in zip(names, derive_requests(root)):
         con.register(f"_{prefix}{n}_arrow", table)
         con.execute(f"create or replace view {prefix}{n} as select * from _{prefix}{n}_arrow")
 
