@@ -239,11 +239,12 @@ def blockdir(tmp_path):
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A standalone Spark cluster (spark://, a master and two workers of a
     core each: executors in JVMs of their own reading the traces by their
-    paths), one for the session (it starts in ~13 s; idle it costs nothing)."""
+    paths), one for each module that asks (it starts in ~13 s; stopped after
+    it, so that its JVMs stay out of the timings of the tests that follow)."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install '.[spark]')")
     if shutil.which("java") is None:
         pytest.skip("no Java runtime for Spark")

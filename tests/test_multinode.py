@@ -186,14 +186,16 @@ try:
     os.stat("/iotrace-clock-mark-" + sys.argv[2])   # no such file: an event at a known time
 except FileNotFoundError:
     pass
-print(now)
+print(now, time.time_ns())
 """
 
 
-def traced_marks(tset) -> dict[str, int]:
+def traced_marks(tset) -> dict[str, tuple[int, int]]:
     """Two hosts, ha and hb (UTS namespaces), each tracing a job into
     tset/host=NAME that makes its marker call at the same wall-clock instant,
-    4 s from now; returns each job's own realtime at its marker."""
+    4 s from now; returns each job's own realtime just before and just after
+    its marker call (the call lies between: a job preempted there, on a
+    loaded 2-CPU machine, made it 3 ms after it read its clock once)."""
     start = __import__("time").time() + 4
     procs = [subprocess.Popen(
         ["unshare", "--uts", "--", "sh", "-c", f'hostname {h} && exec "$@"', "sh",
@@ -202,7 +204,8 @@ def traced_marks(tset) -> dict[str, int]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in ("ha", "hb")]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    return {h: int(o.strip().splitlines()[-1]) for h, (o, _) in zip(("ha", "hb"), outs)}
+    return {h: tuple(int(x) for x in o.strip().splitlines()[-1].split())
+            for h, (o, _) in zip(("ha", "hb"), outs)}
 
 
 def test_clock_offset_put_back_within_the_bound(tmp_path):
@@ -235,10 +238,11 @@ def test_clock_offset_put_back_within_the_bound(tmp_path):
                             and path like '/iotrace-clock-mark-%'""").fetchall())
     err = sum(c["pair_error_ns"] for c in ts.clock.values())
     aligned = wall["hb"] - wall["ha"]
-    truth = real["hb"] - real["ha"]
-    print(f"aligned {aligned} ns, truth {truth} ns, pairs error {err} ns")
-    # the marker call follows the job's clock read by a few microseconds
-    assert abs(aligned - truth) <= err + 2_000_000, (aligned, truth, err, ts.clock)
+    # the markers' distance as the jobs' own clocks bound it
+    lo, hi = real["hb"][0] - real["ha"][1], real["hb"][1] - real["ha"][0]
+    print(f"aligned {aligned} ns, truth {lo}..{hi} ns, pairs error {err} ns")
+    assert lo - err - 2_000_000 <= aligned <= hi + err + 2_000_000, (aligned, lo, hi, err,
+                                                                     ts.clock)
     assert all(c["pairs"] >= 2 for c in ts.clock.values())
 
 
