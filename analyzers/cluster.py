@@ -420,7 +420,8 @@ def build_set_report(ts: TraceSet, targets: Targets, thresholds_path: Optional[s
         ctx = multiprocessing.get_context("spawn")   # no DuckDB state forked
         # the CPUs shared among the workers: a node's queries are small, and
         # more DuckDB threads than CPUs cost more in their hand-offs than they
-        # gain (64 nodes on 2 CPUs: 21.5 s with 1 thread a worker, 23.9 s with 2)
+        # gain (64 nodes on 2 CPUs: 23.0 s with 1 thread a worker, 24.8 s with 2,
+        # medians of 3 interleaved)
         share = [max(1, (os.cpu_count() or 1) // jobs)] * len(args)
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
             results = list(pool.map(node_report, *zip(*args), share))
