@@ -150,7 +150,7 @@ where kind is not null group by all"""
 
 # Read and write calls on regular files (`io`) per file and thread: time, bytes
 # read, and the highest byte offset reached (the file's size as seen).
-DATA_SQL = f"""
+DATA_SQL = """
 create or replace temp table metadata_storm_data as
 select file_id, tid, sum(dur_ns) as ns,
        coalesce(sum(ret) filter (where dir = 'read' and ret > 0), 0) as read_bytes,

@@ -31,7 +31,7 @@ from __future__ import annotations
 from .base import Context, Finding, Rule
 from .rates import human_bytes
 
-PER_FILE = f"""
+PER_FILE = """
     with r as (select file_id, any_value(path) as path, sum(cache_added) as brought,
                       sum(nbytes) as used, count(*) as n
                from data_io where dir = 'read' group by file_id),

@@ -11,7 +11,6 @@ import importlib.util
 import json
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 

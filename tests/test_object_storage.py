@@ -235,7 +235,7 @@ def test_tls_without_probes_is_opaque(s3, tmp_path):
     with objstore.proxy(port, d, tls=(cert, key)) as px:
         trace, did = run_client(tmp_path, f"https://localhost:{px.port}", ca=ca,
                                 iotrace_extra=("--no-tls",))
-        seen = px.stop()
+        px.stop()
     assert scalar(trace, "select count(*) from requests") == 0
     skipped = {sk["probe"]: sk["why"] for sk in trace.meta["probes"]["skipped"]}
     assert skipped.get("TLS (OpenSSL, GnuTLS, Go crypto/tls)") == "turned off (--no-tls)"

@@ -283,7 +283,6 @@ def test_throttled_direct_reads_are_the_jobs(tmp_path, blockdir):
         proc, trace = trace_run(tmp_path / "t", *prefix, "dd", f"if={data}", "of=/dev/null",
                                 "bs=1M", "iflag=direct")
     assert proc.returncode == 0, proc.stderr
-    st = os.stat(data)
     (path_bytes, n, by_worker), = rows(trace, """
         select sum(e.req_bytes), count(*), count(*) filter (where e.eflags & 8 <> 0)
         from events e join files f using (file_id)
