@@ -103,8 +103,8 @@ def changes_for(ctx: Context, f: Finding, base: dict, pipe: dict) -> Optional[tu
         m = _shorten(base, sum(each.values()) / n)
         # the workers' balance without their refusals and backoffs
         m["imbalance"] = whatif.in_order_imbalance(
-            pipe["how"], [whatif.busy_time(p) - each[int(p["tid"])] for p in pipe["producers"]
-                          if p["cpu"] + p["fetch"] + p["backoff"] > 0], 1.0)
+            pipe, [whatif.busy_time(p) - each[int(p["tid"])]
+                   for p in whatif.active_producers(pipe)])
         return m, "no refused requests, no backoff, no slower retries"
     if f.id == "device-at-limit":
         m, why = whatif.apply(base, {"read_bw": (2.0, True)})

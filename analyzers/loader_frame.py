@@ -262,7 +262,7 @@ def waits_in_frame(known: np.ndarray, samples: tuple[np.ndarray, np.ndarray],
     yet (tf.data's threads start as the dataset is built, and the Python
     thread waited on them 1.7 s before its first next(), which the window
     took in). samples: the loop's (attempts). With `looping` (in_loop: the
-    loop's samples, whether each is at a line of its loop), such a wait is
+    loop's samples, whether each is in the loop's body), such a wait is
     dropped only if the loop's next sample after it is not in its loop: a
     loop whose next() is short against the sampling interval (a reader of
     small files with num_workers=0, 2 ms of a 22 ms step) can run a dozen
@@ -361,12 +361,13 @@ def _sleeps_outside(ts: np.ndarray, inside: np.ndarray, sleeps: np.ndarray) -> n
     return sleeps
 
 
-def _loop_caller(con, tid: int, frame: LoaderFrame):
+def loop_caller(con, tid: int, frame: LoaderFrame):
     """The function that runs the loop: the innermost caller of the loader on
     its most frequent stack that is also on the stack while the loop computes
     (train(), main(); not a generator that wraps the loader). (the loop
-    thread's samples (ts, sid), the frames of that stack innermost first, the
-    index of the loader in it, the index of the loop's function), or None."""
+    thread's samples (ts, sid), whether each is in the loader, the frames of
+    that stack innermost first, the index of the loader in it, the index of
+    the loop's function), or None: what loop_end and in_loop take."""
     ts, sid, _ = loop_samples(con, tid)
     inside = _stacks_with(con, frame.file, frame.function, sid)
     if not inside.any():
@@ -393,23 +394,22 @@ def _loop_caller(con, tid: int, frame: LoaderFrame):
         fn, f, _ = chain[m]
         on = _stacks_with(con, f, fn, sid)
         if on[during][~inside[during]].sum() >= 0.5 * n_out:
-            return ts, sid, chain, k, m
+            return ts, sid, inside, chain, k, m
     return None
 
 
-def in_loop(con, tid: int, frame: LoaderFrame) -> Optional[tuple[np.ndarray, np.ndarray]]:
+def in_loop(con, caller) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """(ts, in loop) of the loop thread's samples: whether the function that
-    runs the loop (_loop_caller) is on the stack calling what it calls from
-    the loop's first sample in the loader on (the loop's body: the loader's
-    next(), the step; a loop with short next() calls may show only one), not what it calls before the loop (building
-    the dataset, starting its threads: Dataset.map, iter()) nor absent
-    (imports, module level). The frames carry no current line, so the
-    callee tells the loop's body from what comes before it. None where that
-    function is not found."""
-    got = _loop_caller(con, tid, frame)
-    if got is None:
+    runs the loop (`caller`, loop_caller's) is on the stack calling what it
+    calls from the loop's first sample in the loader on (the loop's body: the
+    loader's next(), the step; a loop with short next() calls may show only
+    one), not what it calls before the loop (building the dataset, starting
+    its threads: Dataset.map, iter()) nor absent (imports, module level).
+    The frames carry no current line, so the callee tells the loop's body
+    from what comes before it. None where that function is not found."""
+    if caller is None:
         return None
-    ts, sid, chain, k, m = got
+    ts, sid, inside, chain, _, m = caller
     fn, f, depth = chain[m]
     register_columns(con, "_il_sid", {"sid": np.unique(sid)})
     rows = con.execute("""select s.stack_id, any_value(c.function), any_value(c.file)
@@ -421,22 +421,19 @@ def in_loop(con, tid: int, frame: LoaderFrame) -> Optional[tuple[np.ndarray, np.
     ids = {}
     callee = np.array([ids.setdefault(key[int(s)], len(ids)) if int(s) in key else -1
                        for s in sid], dtype=np.int64)
-    inside = _stacks_with(con, frame.file, frame.function, sid)
-    first = int(np.argmax(inside))
-    body = np.unique(callee[first:])
+    body = np.unique(callee[int(np.argmax(inside)):])
     return ts, np.isin(callee, body[body >= 0])
 
 
-def loop_end(con, tid: int, frame: LoaderFrame) -> Optional[int]:
+def loop_end(con, caller) -> Optional[int]:
     """When the training loop ended: the last sample of the loop thread in
-    the function that runs the loop (_loop_caller), or None. A loop whose
-    next() calls are shorter than the sampling interval shows few of them,
-    and the gap after the last one seen says little of when its last step
-    ended."""
-    got = _loop_caller(con, tid, frame)
-    if got is None:
+    the function that runs the loop (`caller`, loop_caller's), or None. A
+    loop whose next() calls are shorter than the sampling interval shows few
+    of them, and the gap after the last one seen says little of when its
+    last step ended."""
+    if caller is None:
         return None
-    ts, sid, chain, _, m = got
+    ts, sid, _, chain, _, m = caller
     fn, f, _ = chain[m]
     on = _stacks_with(con, f, fn, sid)
     per = (ts[-1] - ts[0]) // max(len(ts) - 1, 1)

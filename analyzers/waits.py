@@ -920,12 +920,13 @@ def _in_loader(con, tl: Timelines, lp: Loop, t0: int, t1: int, th: dict,
     told apart by its samples in them."""
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, th, override)
     if lp.loader:
-        lp.end_ns = loader_frame.loop_end(con, lp.tid, lp.loader)
+        caller = loader_frame.loop_caller(con, lp.tid, lp.loader)
+        lp.end_ns = loader_frame.loop_end(con, caller)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
             lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
         samples = loader_frame.attempts(con, lp.tid, lp.loader)
         lp.kernel_waits = loader_frame.waits_in_frame(
-            lp.kernel_waits, samples, loader_frame.in_loop(con, lp.tid, lp.loader))
+            lp.kernel_waits, samples, loader_frame.in_loop(con, caller))
         c = tl.calls(lp.tid, t0, t1)
         sl = c["sleep_op"]
         inside = loader_frame.time_inside(con, lp.tid, lp.loader, lp.kernel_waits, lp.end_ns,

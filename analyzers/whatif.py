@@ -61,12 +61,11 @@ SETTINGS = {
 def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dict:
     """The model's inputs from the loop's measured pipeline (per batch)."""
     n = max(pipe.get("batches", pipe["steps"]), 1)
-    prods = [p for p in pipe["producers"] if p["cpu"] + p["fetch"] + p["backoff"] > 0]
-    tot = {k: sum(p[k] for p in prods) for k in ("cpu", "fetch", "backoff", "transfer",
-                                                  "starved")}
+    prods = active_producers(pipe)
+    tot = {k: sum(p[k] for p in prods) for k in BUSY}
     busy = sum(tot.values())
     inp = {
-        "imbalance": in_order_imbalance(pipe["how"], [busy_time(p) for p in prods], tot["backoff"]),
+        "imbalance": in_order_imbalance(pipe, [busy_time(p) for p in prods]),
         "how": pipe["how"],
         "steps": n,
         "step_s": pipe["span_s"] / n,
@@ -119,22 +118,31 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
     return inp
 
 
+# a producer's busy time: working, fetching, backing off, handing over,
+# waiting for a CPU
+BUSY = ("cpu", "fetch", "backoff", "transfer", "starved")
+
+
+def active_producers(pipe: dict) -> list[dict]:
+    """The producers that fetched or prepared (not relays that only hand on)."""
+    return [p for p in pipe["producers"] if p["cpu"] + p["fetch"] + p["backoff"] > 0]
+
+
 def busy_time(p: dict) -> float:
-    """A producer's busy time: working, fetching, backing off, handing over,
-    waiting for a CPU."""
-    return p["cpu"] + p["fetch"] + p["backoff"] + p["transfer"] + p["starved"]
+    return sum(p[k] for k in BUSY)
 
 
-def in_order_imbalance(how: str, busy: list, backoff: float) -> float:
-    """How much slower than their mean the slowest producer is (its busy
-    time over the mean's), where a DataLoader's workers back off: it takes
+def in_order_imbalance(pipe: dict, busy: list) -> float:
+    """How much slower than their mean the slowest producer is (its `busy`
+    time over the mean's), where a DataLoader's workers backed off: it takes
     its batches from its workers in turn, so a worker asleep seconds before
     a retry holds the loop while the others sit idle with their batches
     ready (two workers busy 4.2 s and 2.3 s: a step 1.29 times the mean's,
     0.51 s against the 0.53 s measured; the mean said 0.40 s). Without
     backoff a worker's batches cost about the same, and 1."""
     busy = [b for b in busy if b > 0]
-    if how != "worker-processes" or backoff <= 0 or len(busy) < 2:
+    backoff = sum(p["backoff"] for p in pipe["producers"])
+    if pipe["how"] != "worker-processes" or backoff <= 0 or len(busy) < 2:
         return 1.0
     return max(busy) / (sum(busy) / len(busy))
 
