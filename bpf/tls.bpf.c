@@ -194,7 +194,8 @@ int iot_gotls_enter(struct pt_regs *ctx)
 	 * returns would double its cost. Its record has no duration. */
 	if ((__u16)call.cookie == IOT_TLS_WRITE)
 		return emit_tls(&call, pid_tgid, (__s64)call.len);
-	/* a stack grown at the entry calls the function again: same call */
+	/* probed past the stack check (go_tls.c): a call that grows its stack,
+	 * or yields there, runs the function again from its start, not this */
 	bpf_map_update_elem(&gotls_inflight, &k, &call, BPF_ANY);
 #endif
 	return 0;

@@ -150,7 +150,21 @@ static bool go_prologue(const cs_insn *insn)
 	       (strstr(insn->op_str, "r14 + 0x10]") || strstr(insn->op_str, "[rsp - "));
 }
 
-/* The RET instructions of a function: their file offsets. */
+/*
+ * The stack check's jump to the function's morestack tail (JBE, or JB),
+ * among its first instructions. That tail grows the stack, or yields the
+ * CPU where the scheduler asked the goroutine to (its stack limit poisoned
+ * to force the check to fail), then jumps back to the function's first
+ * instruction: a probe there fires twice for one call (a Write recorded
+ * twice, 48 us apart on two threads), one after the jump once.
+ */
+static bool stack_check_jump(const cs_insn *insn)
+{
+	return insn->id == X86_INS_JBE || insn->id == X86_INS_JB;
+}
+
+/* Where a call is probed (past the stack check) and the RET instructions
+ * of a function: their file offsets. */
 static int find_rets(int fd, long off, uint64_t va, uint64_t size, struct go_tls_func *f)
 {
 	unsigned char *code;
@@ -168,19 +182,23 @@ static int find_rets(int fd, long off, uint64_t va, uint64_t size, struct go_tls
 	}
 	insn = cs_malloc(cs);
 	p = code;
-	f->entry = off;
+	f->entry = -1;
 	f->nrets = 0;
 	/* Go pads between functions with INT3: stop at the first undecodable byte */
-	while (insn && cs_disasm_iter(cs, &p, &n, &addr, insn)) {
-		if (insn->address == va && !go_prologue(insn))
+	for (int k = 0, past_check = 0; insn && cs_disasm_iter(cs, &p, &n, &addr, insn); k++) {
+		if (k == 0 && !go_prologue(insn))
 			break;
+		if (past_check && f->entry < 0)
+			f->entry = off + (long)(insn->address - va);
+		if (k < 3 && stack_check_jump(insn))
+			past_check = 1;
 		if (insn->id == X86_INS_RET && f->nrets < GO_TLS_MAX_RETS)
 			f->rets[f->nrets++] = off + (long)(insn->address - va);
 	}
 	cs_free(insn, 1);
 	cs_close(&cs);
 	free(code);
-	return f->nrets ? 0 : -ENOTSUP;
+	return f->nrets && f->entry >= 0 ? 0 : -ENOTSUP;
 }
 
 struct pcln {
@@ -319,8 +337,8 @@ int go_tls_find(const char *path, struct go_tls_funcs *out, char *why, unsigned 
 			goto out;
 		}
 		if (find_rets(fd, off, entry, end - entry, f)) {
-			snprintf(why, why_len, "%s does not start as a Go function does, or has no "
-				 "RET (not probed: the probe could break the program)", name);
+			snprintf(why, why_len, "%s does not start as a Go function does (a stack "
+				 "check), or has no RET (not probed: the probe could break the program)", name);
 			err = -ENOTSUP;
 			goto out;
 		}

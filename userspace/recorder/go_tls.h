@@ -14,7 +14,9 @@
 #define GO_TLS_MAX_RETS 24
 
 struct go_tls_func {
-	long entry;                       /* file offset of the first instruction */
+	long entry;                       /* file offset past its stack check: a call
+					   * whose check fails runs the function
+					   * again from its first instruction */
 	long rets[GO_TLS_MAX_RETS];       /* file offsets of its RET instructions */
 	int nrets;
 };
