@@ -178,7 +178,7 @@ def test_storage_rate_and_cache_then_dlio(tmp_path):
     assert base["inputs"]["storage_bytes_per_s"], base      # the storage was the limit
     assert base["limited_by"] == "storage", base
     print(f"50 MB/s: DLIO {measured:.1%}, measured {base['measured_au']:.1%}, "
-          f"model {base['model_au']:.1%}")
+          f"model {base['model_au']:.1%}; inputs {base['inputs']}")
     for setting, bps in (("read_bw=100MB/s", 100_000_000), ("read_bw=25MB/s", 25_000_000),
                          ("cached=yes", None)):
         p = predicted(report, trace.meta, setting)
@@ -195,9 +195,10 @@ def test_storage_rate_and_cache_then_dlio(tmp_path):
         print(f"{setting}: predicted {p['predicted_au']:.1%} ({p['limited_by']}), "
               f"DLIO {ran:.1%}")
         # a faster storage is predicted from the traced run's own rate, whose
-        # noise the prediction doubles: 100 MB/s was 63.6, 64.0 and 68.3%
-        # predicted against 63.7, 64.0 and 62.3% run (its traced run 3 points
-        # above DLIO's clock that time)
+        # noise the prediction doubles: 100 MB/s was 59.2-63.2% predicted
+        # against 61.5-64.8% run in five runs (63.6-69.3% against 62.0-64.0%
+        # while the model's window ran to the window's end, a compute more
+        # than its steps, and steps without a wait went uncounted)
         tol = 0.07 if bps and bps > 50_000_000 else POINTS
         assert p["predicted_au"] == pytest.approx(ran, abs=tol), (p, ran)
 
