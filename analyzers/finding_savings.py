@@ -115,8 +115,11 @@ def changes_for(ctx: Context, f: Finding, base: dict, pipe: dict) -> Optional[tu
         if k <= 1 or base["fetch_s"] <= 0:
             return None
         # the reads themselves k times faster, from the page cache too (not
-        # apply's read_bw, a storage's rate, which cached reads do not see)
-        m = {"fetch_s": base["fetch_s"] / k, "fetch_cpu_s": base.get("fetch_cpu_s", 0.0) / k}
+        # apply's read_bw, a storage's rate, which cached reads do not see);
+        # a client's backoff after refused requests stays as long
+        bo = min(base.get("backoff_s", 0.0), base["fetch_s"])
+        m = {"fetch_s": (base["fetch_s"] - bo) / k + bo,
+             "fetch_cpu_s": base.get("fetch_cpu_s", 0.0) / k}
         if base["storage_bytes_per_s"]:
             m["storage_bytes_per_s"] = base["storage_bytes_per_s"] * k
         return m, "reads at the target rate"

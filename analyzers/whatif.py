@@ -51,7 +51,8 @@ EPOCH_SIM = 512         # batches of an epoch simulated at most (_epochs_extra)
 SETTINGS = {
     "workers": "producers (DataLoader workers, reader threads): N or Nx",
     "read_bw": "storage read rate: a rate (2GiB/s, 100MB/s) or a factor (2x)",
-    "cached": "the dataset read from the page cache: yes",
+    "cached": "the dataset read from the page cache (objects, NFS: from a copy in local "
+              "memory): yes",
     "compute": "the loop's compute per step: a factor (0.5x: an accelerator twice as fast; "
                "the loop's own CPU time around it stays) or seconds (0.05)",
     "cores": "usable CPUs: N or Nx",
@@ -78,6 +79,9 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         if prods and pipe["span_s"] > 0 else len(prods),
         # per batch, of one producer: its time divided among the batches
         "fetch_s": (tot["fetch"] + tot["backoff"]) / n,
+        # of it, the client asleep between a refused request and its retry:
+        # a faster storage does not shorten a backoff
+        "backoff_s": tot["backoff"] / n,
         # of it on CPU: reads copying from the page cache, a client's own
         # work inside its requests (the CPUs' stage counts it)
         "fetch_cpu_s": sum(p.get("fetch_cpu", 0.0) for p in prods) / n,
@@ -90,6 +94,11 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         # local files' bytes the block devices did not complete
         "page_cache_share": round(max(0.0, pipe.get("local_bytes_read", 0)
                                       - (pipe.get("device_bytes_read") or 0)) / bytes_read, 4)
+        if bytes_read and "local_bytes_read" in pipe else None,
+        # the share of the reads' bytes from files on local disks or in
+        # memory (the rest objects over HTTP, network file systems): whether
+        # "cached" means the page cache or a copy kept in local memory
+        "local_share": round(min(pipe.get("local_bytes_read", 0) / bytes_read, 1.0), 4)
         if bytes_read and "local_bytes_read" in pipe else None,
         # producers started anew in the window (each epoch's new DataLoader
         # workers): how many times, and their start-up's waits (the median)
@@ -319,9 +328,10 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
             if k is None:
                 return {}, ("the storage was not the limit (its rate is not measured as a "
                             "ceiling): give a factor, read_bw=2x")
-            # the device's time shrinks; the copying on CPU stays
-            fc = base.get("fetch_cpu_s", 0.0)
-            m["fetch_s"] = max(base["fetch_s"] - fc, 0.0) / k + fc
+            # the device's time shrinks; the copying on CPU and the client's
+            # backoff after refused requests stay
+            fc, bo = base.get("fetch_cpu_s", 0.0), base.get("backoff_s", 0.0)
+            m["fetch_s"] = max(base["fetch_s"] - fc - bo, 0.0) / k + fc + bo
             if cur:
                 m["storage_bytes_per_s"] = cur * k
         elif key == "cached":
@@ -350,11 +360,15 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
     return m, None
 
 
-def label(settings: dict) -> str:
+def label(settings: dict, base: Optional[dict] = None) -> str:
     parts = []
     for key, (val, factor) in settings.items():
         if key == "cached":
-            parts.append("dataset in the page cache")
+            # objects over HTTP or a network file system are not in this
+            # machine's page cache: a copy in its memory (a local cache) is
+            parts.append("dataset in the page cache" if base is None
+                         or (base.get("local_share") or 0) >= 0.5
+                         else "dataset kept in local memory (not fetched)")
         elif factor:
             parts.append(f"{key} x{val:g}")
         else:
@@ -409,7 +423,7 @@ def analyse(verdict: dict, meta: dict, settings: Optional[dict] = None) -> dict:
     out = []
     for sc in ([settings] if settings else standard(base)):
         changes, why = apply(base, sc)
-        entry = {"scenario": label(sc),
+        entry = {"scenario": label(sc, base),
                  "settings": {k: (f"{v:g}x" if f else v) for k, (v, f) in sc.items()}}
         if why:
             entry.update(predicted_au=None, limited_by=None, cannot=why)

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from iotrace.analyzers import whatif
 from iotrace.analyzers.base import Targets
 from iotrace.analyzers.report import build_report
 
@@ -152,3 +153,12 @@ def test_throttled_saving_against_running_unthrottled(tmp_path, bucket):
     # 66-78%); 85-91% predicted before the workers' imbalance and the slow
     # retries were modelled (70.5% in one run, limited by a model 1.33x off)
     assert share == pytest.approx(saved, abs=0.05)
+    # the what-if's scenarios for objects over HTTP: a faster store does not
+    # shorten botocore's sleeps before its retries, and the data cached is a
+    # copy in local memory, not this machine's page cache
+    base = report.whatif["baseline"]["inputs"]
+    assert base["local_share"] == 0 and base["backoff_s"] > 0.5 * base["fetch_s"], base
+    faster, why = whatif.apply(base, {"read_bw": (2.0, True)})
+    assert not why and faster["fetch_s"] >= base["backoff_s"], (faster, base)
+    names = [e["scenario"] for e in report.whatif["whatif"]]
+    assert "dataset kept in local memory (not fetched)" in names, names

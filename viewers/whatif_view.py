@@ -17,9 +17,15 @@ def baseline_sentences(w: dict) -> list[str]:
            f"{inp['producers']} producer(s), "
            + (f"{inp['cpus']:g} CPUs." if inp["cpus"] else "CPUs not recorded."),
            f"Per step: compute {inp['compute_s'] * 1e3:.1f} ms, the loop's own work in next() "
-           f"{inp['loop_serial_s'] * 1e3:.1f} ms; per batch: fetch {inp['fetch_s'] * 1e3:.1f} ms, "
-           f"prep {inp['prep_cpu_s'] * 1e3:.1f} ms of CPU, hand-over "
+           f"{inp['loop_serial_s'] * 1e3:.1f} ms; per batch: fetch {inp['fetch_s'] * 1e3:.1f} ms"
+           + (f" ({inp['backoff_s'] * 1e3:.1f} ms of it backing off after refused requests)"
+              if inp.get("backoff_s") else "")
+           + f", prep {inp['prep_cpu_s'] * 1e3:.1f} ms of CPU, hand-over "
            f"{inp['transfer_s'] * 1e3:.1f} ms."]
+    if (inp.get("imbalance") or 1.0) >= 1.05:
+        out.append(f"The busiest producer was busy {inp['imbalance']:.2f} times their mean: the "
+                   f"loader takes its batches from its workers in turn, so a worker backing off "
+                   f"holds the loop while the others wait with their batches ready.")
     if b.get("restarts"):
         n = b["restarts"]
         times = "once" if n == 1 else f"{n} times"
