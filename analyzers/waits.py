@@ -878,21 +878,29 @@ def _batches(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int) -> int
             if len(exits) and ((exits >= a) & (exits <= b)).any()]
     gaps = eps[1:, 0] - eps[:-1, 1]
     splits = int((gaps < SPLIT_GAP * np.median(gaps)).sum()) if len(gaps) >= 3 else 0
-    return max(len(rest) - len(ends) - splits + _unwaited(gaps), 1)
+    # an epoch's end and the next one's start (producers exiting or starting
+    # in the wait before a gap or in it) are no steps that did not wait
+    marks = np.array(sorted({x for t in producers for iv in tl.alive(t).tolist() for x in iv
+                             if s0 < x <= hi}), dtype=np.int64)
+    i = np.searchsorted(marks, eps[:-1, 0], side="left")
+    j = np.searchsorted(marks, eps[1:, 0], side="right")
+    return max(len(rest) - len(ends) - splits + _unwaited(gaps, j > i), 1)
 
 
 REGULAR = 0.1       # the median deviation of a step's compute from the median, at most
 NEAR = 0.25         # of a step: how near a whole number of steps a gap must be
 
 
-def _unwaited(gaps: np.ndarray) -> int:
+def _unwaited(gaps: np.ndarray, boundary: np.ndarray) -> int:
     """The steps whose batch was ready (no wait: nothing marks them), where
     the loop's compute is regular enough to count them: a gap between two
     waits about k times the median gap holds k - 1 of them (DLIO over a 50
     MB/s store, 2 workers ahead: 2 of 15 steps did not wait, and counting
     only the waits made each batch 15% dearer). Irregular compute (an
-    evaluation, a checkpoint, steps of varying length) counts none."""
-    g = gaps[gaps > 0]
+    evaluation, a checkpoint, steps of varying length) counts none, nor does
+    a gap at an epoch's boundary (`boundary`)."""
+    ok = gaps > 0
+    g = gaps[ok]
     if len(g) < 5:
         return 0
     r = g / np.median(g)
@@ -900,7 +908,7 @@ def _unwaited(gaps: np.ndarray) -> int:
     if len(one) < 4 or np.median(np.abs(one - 1)) > REGULAR:
         return 0
     k = np.rint(r)
-    more = (k >= 2) & (np.abs(r - k) <= NEAR)
+    more = (k >= 2) & (np.abs(r - k) <= NEAR) & ~boundary[ok]
     return int((k[more] - 1).sum())
 
 
