@@ -129,10 +129,13 @@ def test_own_generator_found_from_the_data(tmp_path, npys):
     lf = v["loops"][0]["loader_frame"]
     assert (lf["source"], lf["function"]) == ("data", "batches"), lf
     assert lf["file"].endswith("own_loader.py")
-    # its in-loader CPU: np.sort and np.load's read_array, by construction
-    # (which is first moves with the page cache's copy speed)
+    # its in-loader CPU: np.sort and np.load, by construction (which is first
+    # moves with the page cache's copy speed); of np.load, its read_array
+    # where it copies the data or load itself around it (48 samples: 4
+    # against 3 put load second once)
     top = [f["function"] for f in v["loops"][0]["loop_cpu_top"][:2]]
-    assert set(top) == {"sort", "read_array"}, v["loops"][0]["loop_cpu_top"]
+    assert "sort" in top and set(top) - {"sort"} <= {"read_array", "load"}, \
+        v["loops"][0]["loop_cpu_top"]
 
 
 def test_loader_frame_option(tmp_path, npys):
