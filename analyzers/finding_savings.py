@@ -38,8 +38,7 @@ CALL_FIXES = {"small-reads", "random-access", "metadata-storm", "redundant-io", 
 
 
 def _window(pipe: dict) -> tuple[int, int]:
-    s0 = int(pipe["from_ns"])
-    return s0, s0 + int(pipe["span_s"] * 1e9)
+    return int(pipe["from_ns"]), int(pipe["to_ns"])
 
 
 def _tids(pipe: dict) -> str:

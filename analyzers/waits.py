@@ -563,6 +563,12 @@ def _producer_pipes(con, side: set) -> list[int]:
           and op in {sql_list(WRITE_OPS)}""").fetchall()]
 
 
+def _fetch_calls(c: dict) -> np.ndarray:
+    """Of a thread's calls, its fetches: reads of the data set (not of
+    checkpoints) and NFS calls that fetch."""
+    return c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"]
+
+
 def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, helper: bool):
     """Elementary segments of a producer thread inside the episodes:
     (starts, ends, label, call ts) where label 0 is on CPU (prep, or transfer
@@ -578,7 +584,7 @@ def _paint_producer(tl: Timelines, tid: int, eps: np.ndarray, readers: set, help
         contention = ivl.subtract(ivl.union(contention),
                                   ivl.union(ivl.as_iv(c["ts_ns"][ev], c["end_ns"][ev])))
     blocked = _blocked(off)
-    fetch = (c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"]) & ~c["async_op"]
+    fetch = _fetch_calls(c) & ~c["async_op"]
     # io_uring and libaio requests in flight are a fetch only while the thread
     # is blocked: on CPU meanwhile, it prepares
     aio = c["is_data"] & ~c["is_ckpt"] & c["async_op"]
@@ -830,7 +836,7 @@ def _startup_wait(tl: Timelines, producers, eps: np.ndarray) -> int:
     first = []
     for tid in producers:
         c = tl.calls(tid, lo, hi)
-        f = (c["is_data"] & ~c["is_ckpt"] | c["nfs_fetch_op"])
+        f = _fetch_calls(c)
         if f.any():
             first.append(int(c["ts_ns"][f].min()))
         g = tl.net_fetch(tid, lo, hi)
@@ -872,16 +878,15 @@ def _batches(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int) -> int
     rest = eps[1:]
     if not len(rest):
         return 1
-    exits = np.array(sorted({b for t in producers for _, b in tl.alive(t).tolist()
-                             if s0 < b <= hi}), dtype=np.int64)
+    lives = [iv for t in producers for iv in tl.alive(t).tolist()]
+    exits = np.array(sorted({b for _, b in lives if s0 < b <= hi}), dtype=np.int64)
     ends = [i for i, (a, b) in enumerate(rest.tolist())
             if len(exits) and ((exits >= a) & (exits <= b)).any()]
     gaps = eps[1:, 0] - eps[:-1, 1]
     splits = int((gaps < SPLIT_GAP * np.median(gaps)).sum()) if len(gaps) >= 3 else 0
     # an epoch's end and the next one's start (producers exiting or starting
     # in the wait before a gap or in it) are no steps that did not wait
-    marks = np.array(sorted({x for t in producers for iv in tl.alive(t).tolist() for x in iv
-                             if s0 < x <= hi}), dtype=np.int64)
+    marks = np.array(sorted({x for iv in lives for x in iv if s0 < x <= hi}), dtype=np.int64)
     i = np.searchsorted(marks, eps[:-1, 0], side="left")
     j = np.searchsorted(marks, eps[1:, 0], side="right")
     return max(len(rest) - len(ends) - splits + _unwaited(gaps, j > i), 1)

@@ -360,14 +360,13 @@ def apply(base: dict, settings: dict) -> tuple[dict, Optional[str]]:
     return m, None
 
 
-def label(settings: dict, base: Optional[dict] = None) -> str:
+def label(settings: dict, base: dict) -> str:
     parts = []
     for key, (val, factor) in settings.items():
         if key == "cached":
             # objects over HTTP or a network file system are not in this
             # machine's page cache: a copy in its memory (a local cache) is
-            parts.append("dataset in the page cache" if base is None
-                         or (base.get("local_share") or 0) >= 0.5
+            parts.append("dataset in the page cache" if (base.get("local_share") or 0) >= 0.5
                          else "dataset kept in local memory (not fetched)")
         elif factor:
             parts.append(f"{key} x{val:g}")
