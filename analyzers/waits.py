@@ -44,6 +44,7 @@ THRESHOLDS = {
     "min_deliveries": 3,          # producer-side wake-ups or pipe reads to call a thread a consumer
     "min_delivery_span": 0.5,     # ... spread over at least this share of the dataset's reading span
     "merge_gap_ms": 1.0,          # loader calls closer than this form one data wait
+    "release_gap_ms": 2.0,        # a batch's shared memory freed this soon after a wait: part of it
     "min_producer_share": 0.005,  # of the dataset bytes, for a thread to count as a producer
     "min_dataset_bytes": 1048576,  # data bytes read below this: no dataset (a config file)
     "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
@@ -538,6 +539,28 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
                            glue[:, 0])
         core = ivl.union(np.concatenate([core, glue[near]]), gap)
     return ivl.clip(core, lo, hi)
+
+
+def _with_releases(con, tid: int, core: np.ndarray, lo: int, hi: int, gap: int) -> np.ndarray:
+    """The waits, each taking in the loop's freeing of the batch before,
+    where that began within `gap` of its end. A worker process's batch comes
+    in shared memory (a deleted /dev/shm file): the loop frees the last one
+    as it takes the next (`for batch in loader` rebinds it), and the kernel
+    frees its pages on the loop's way back to user space from the munmap
+    (file_release records): 4-5 ms for 24 MiB, 10% of a DLIO step, which
+    DLIO's own clock counts as loading and which was taken for compute."""
+    rel = np.array(con.execute(
+        """select ts_ns, ts_ns + dur_ns from events
+           where tid = ? and op = 'file_release' and ts_ns < ? and ts_ns + dur_ns > ?
+           order by ts_ns""", [tid, hi, lo]).fetchall(), dtype=np.int64).reshape(-1, 2)
+    if not len(rel):
+        return core
+    k = np.searchsorted(core[:, 0], rel[:, 0], side="right") - 1
+    ok = (k >= 0) & (rel[:, 0] <= core[np.maximum(k, 0), 1] + gap)
+    if not ok.any():
+        return core
+    took = np.stack([np.minimum(core[k[ok], 1], rel[ok, 0]), rel[ok, 1]], axis=1)
+    return ivl.union(np.concatenate([core, took]))
 
 
 def _exited(con, side: set, wakers: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -1147,6 +1170,9 @@ def analyse(con, th: dict, t0: int, t1: int,
         lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
         if stacks and lp.how != "checkpoint-only":
             _in_loader(con, tl, lp, t0, t1, th, loader_override)
+        if lp.how == "worker-processes" and len(lp.episodes):
+            lp.episodes = ivl.clip(_with_releases(con, lp.tid, lp.episodes, t0, t1,
+                                                  int(th["release_gap_ms"] * 1e6)), t0, t1)
     source = "option"
     if window is None:
         window = detect_window(loops, t0, t1, con)

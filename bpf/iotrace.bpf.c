@@ -239,6 +239,30 @@ static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid
 	st->fill_ts = 0;
 }
 
+/* A call's deferred release (IOT_FILE_RELEASE): sent when the kernel dropped
+ * cached pages after the call returned; forgotten otherwise. */
+static __always_inline void flush_release(struct inflight *st, __u32 pid, __u32 tid)
+{
+	struct iot_event *e;
+
+	if (st->rel_last > st->rel_ts) {
+		e = reserve_event();
+		if (e) {
+			blank_event(e, IOT_FILE_RELEASE, pid, tid);
+			e->ts_ns = st->rel_ts;
+			e->dur_ns = st->rel_last - st->rel_ts;
+			e->ret = st->rel_bytes;
+			e->flags = st->rel_op;
+			e->ino = st->rel_ino;
+			e->dev = st->rel_dev;
+			e->fs_magic = st->rel_magic;
+			e->imode = S_IFREG_;
+			bpf_ringbuf_submit(e, rb_flags_at(e));
+		}
+	}
+	st->rel_ts = 0;
+}
+
 static __always_inline struct file *fd_file(struct task_struct *task, int fd)
 {
 	/* task is trusted (tp_btf): walk it with direct loads. */
@@ -684,6 +708,8 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op, __u8 rema
 			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
 		if (st->fill_ts)
 			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		if (st->rel_ts)
+			flush_release(st, tgid, (__u32)bpf_get_current_pid_tgid());
 		if (remaps) {
 			syscall_args(regs, a);
 			forget_mappings(task, st, remaps, a);
@@ -1292,6 +1318,16 @@ static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long
 	else
 		emit_plain(st, op, now, pid_tgid, ret);
 	st->op = 0;
+	/* a call that dropped a file's last reference left its release (and
+	 * any freeing of its pages) to the thread's return to user space */
+	if ((op == IOT_MUNMAP || op == IOT_CLOSE || op == IOT_CLOSE_RANGE || op == IOT_DUP2 ||
+	     op == IOT_DUP3) && task->task_works) {
+		st->rel_ts = bpf_ktime_get_ns();
+		st->rel_last = 0;
+		st->rel_bytes = 0;
+		st->rel_ino = 0;
+		st->rel_op = op;
+	}
 	return 0;
 }
 
@@ -1719,6 +1755,8 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 		flush_fault(st, tgid, p->pid);
 	if (st && st->fill_ts)
 		flush_fill(st, tgid, p->pid);
+	if (st && st->rel_ts)
+		flush_release(st, tgid, p->pid);
 	if (st && profile_mode)
 		profile_flush_thread(st);
 	code = BPF_CORE_READ(p, exit_code);
@@ -2024,6 +2062,30 @@ int BPF_PROG(iot_cache_add, struct folio *folio)
 		st->fill_added += bytes;
 		st->fill_last = now;
 	}
+	return 0;
+}
+
+/* Pages leave the page cache: counted for a traced thread's pending release
+ * (IOT_FILE_RELEASE), the kernel freeing a file after the thread's call. */
+SEC("tp_btf/mm_filemap_delete_from_page_cache")
+int BPF_PROG(iot_cache_delete, struct folio *folio)
+{
+	struct inflight *st;
+
+	if (!maybe(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (!st || !st->rel_ts)
+		return 0;
+	if (!st->rel_ino) {
+		struct inode *host = BPF_CORE_READ(folio, mapping, host);
+
+		st->rel_ino = BPF_CORE_READ(host, i_ino);
+		st->rel_dev = BPF_CORE_READ(host, i_sb, s_dev);
+		st->rel_magic = BPF_CORE_READ(host, i_sb, s_magic);
+	}
+	st->rel_bytes += folio_bytes(folio);
+	st->rel_last = bpf_ktime_get_ns();
 	return 0;
 }
 

@@ -164,6 +164,14 @@ enum iot_op {
 	 * the TLS call makes on the same thread); payload = the plaintext's first
 	 * bytes when they start an HTTP message (IOT_EF_NET_DATA) */
 	IOT_TLS_READ, IOT_TLS_WRITE,
+	/* the kernel freeing files' cached pages on a traced thread's way back
+	 * to user space after a call that dropped the last reference to them
+	 * (the final fput runs as task work, after the call's exit: a munmap of
+	 * a deleted shared-memory file, a DataLoader's batch, frees its pages
+	 * there): ts_ns = the call's return, dur_ns = to the last page dropped,
+	 * ret = bytes dropped, flags = the call's op, ino/dev/fs_magic = the
+	 * first file dropped */
+	IOT_FILE_RELEASE,
 	IOT_OP_COUNT
 };
 

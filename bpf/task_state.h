@@ -84,6 +84,18 @@ struct inflight {
 	__u64 fill_added;
 	__u32 fill_dev;
 	__u32 fill_magic;
+	/* a call that left the kernel work to do on the way back to user space
+	 * (its last fput of a file): its return, and the cached pages the kernel
+	 * dropped after it, until the thread's next system call or exit */
+	__u64 rel_ts;         /* the call's return (0: none pending) */
+	__u64 rel_last;       /* the last page dropped (0: none yet) */
+	__u64 rel_bytes;
+	__u64 rel_ino;
+	__u32 rel_dev;
+	__u32 rel_magic;
+	__u16 rel_op;
+	__u16 pad5;
+	__u32 pad6;
 	/* the file this thread last marked in job_files, and how (IOT_JOB_*
 	 * bits >> 32): a run of reads of one file updates the map once */
 	__u64 jf_ino;

@@ -73,6 +73,7 @@ OP_NAMES = [
     "aio_read", "aio_write", "aio_fsync", "aio_other",
     "cache_fill",
     "tls_read", "tls_write",
+    "file_release",
 ]
 OP = {name: i for i, name in enumerate(OP_NAMES)}
 
