@@ -239,24 +239,43 @@ static __always_inline void flush_fill(struct inflight *st, __u32 pid, __u32 tid
 	st->fill_ts = 0;
 }
 
-/* A call's deferred release (IOT_FILE_RELEASE): sent when the kernel dropped
- * cached pages after the call returned; forgotten otherwise. */
-static __always_inline void flush_release(struct inflight *st, __u32 pid, __u32 tid)
+/* Whether the kernel updates the task's rseq area on its way back to user
+ * space (rseq_update fires there): a registered area, where this kernel
+ * has the field it is kept in. */
+struct task_struct___rseq {
+	void *rseq;
+} __attribute__((preserve_access_index));
+
+static __always_inline bool rseq_registered(struct task_struct *task)
+{
+	struct task_struct___rseq *t = (void *)task;
+
+	if (!bpf_core_field_exists(t->rseq))
+		return false;
+	return BPF_CORE_READ(t, rseq) != NULL;
+}
+
+/* A call's deferred release (IOT_FILE_RELEASE), ended by the thread's return
+ * to user space at `end`: sent when it took IOT_RELEASE_MIN_NS or more (a
+ * plain file's last close takes a few microseconds there). */
+#define IOT_RELEASE_MIN_NS 20000
+static __always_inline void flush_release(struct inflight *st, __u32 pid, __u32 tid, __u64 end)
 {
 	struct iot_event *e;
 
-	if (st->rel_last > st->rel_ts) {
+	if (end >= st->rel_ts + IOT_RELEASE_MIN_NS) {
 		e = reserve_event();
 		if (e) {
 			blank_event(e, IOT_FILE_RELEASE, pid, tid);
 			e->ts_ns = st->rel_ts;
-			e->dur_ns = st->rel_last - st->rel_ts;
-			e->ret = st->rel_bytes;
+			e->dur_ns = end - st->rel_ts;
 			e->flags = st->rel_op;
+			e->fd = st->rel_fd;
+			e->arg = st->rel_arg;
 			e->ino = st->rel_ino;
 			e->dev = st->rel_dev;
 			e->fs_magic = st->rel_magic;
-			e->imode = S_IFREG_;
+			e->imode = st->rel_imode;
 			bpf_ringbuf_submit(e, rb_flags_at(e));
 		}
 	}
@@ -708,8 +727,10 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op, __u8 rema
 			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
 		if (st->fill_ts)
 			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
-		if (st->rel_ts)
-			flush_release(st, tgid, (__u32)bpf_get_current_pid_tgid());
+		if (st->rel_ts) {       /* no return to user space seen: not timed */
+			count(IOT_CNT_RELEASE_UNTIMED);
+			st->rel_ts = 0;
+		}
 		if (remaps) {
 			syscall_args(regs, a);
 			forget_mappings(task, st, remaps, a);
@@ -1319,14 +1340,22 @@ static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long
 		emit_plain(st, op, now, pid_tgid, ret);
 	st->op = 0;
 	/* a call that dropped a file's last reference left its release (and
-	 * any freeing of its pages) to the thread's return to user space */
+	 * any freeing of its pages) to the thread's return to user space:
+	 * timed to the rseq update that follows the kernel's work there */
 	if ((op == IOT_MUNMAP || op == IOT_CLOSE || op == IOT_CLOSE_RANGE || op == IOT_DUP2 ||
 	     op == IOT_DUP3) && task->task_works) {
+		if (!rseq_registered(task)) {
+			count(IOT_CNT_RELEASE_UNTIMED);
+			return 0;
+		}
 		st->rel_ts = bpf_ktime_get_ns();
-		st->rel_last = 0;
-		st->rel_bytes = 0;
-		st->rel_ino = 0;
 		st->rel_op = op;
+		st->rel_fd = op == IOT_MUNMAP ? -1 : (int)st->a[0];
+		st->rel_arg = st->a[0];
+		st->rel_ino = op == IOT_MUNMAP ? 0 : st->ino;
+		st->rel_dev = op == IOT_MUNMAP ? 0 : st->dev;
+		st->rel_magic = op == IOT_MUNMAP ? 0 : st->magic;
+		st->rel_imode = op == IOT_MUNMAP ? 0 : st->imode;
 	}
 	return 0;
 }
@@ -1755,8 +1784,8 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 		flush_fault(st, tgid, p->pid);
 	if (st && st->fill_ts)
 		flush_fill(st, tgid, p->pid);
-	if (st && st->rel_ts)
-		flush_release(st, tgid, p->pid);
+	if (st)
+		st->rel_ts = 0;
 	if (st && profile_mode)
 		profile_flush_thread(st);
 	code = BPF_CORE_READ(p, exit_code);
@@ -2065,27 +2094,20 @@ int BPF_PROG(iot_cache_add, struct folio *folio)
 	return 0;
 }
 
-/* Pages leave the page cache: counted for a traced thread's pending release
- * (IOT_FILE_RELEASE), the kernel freeing a file after the thread's call. */
-SEC("tp_btf/mm_filemap_delete_from_page_cache")
-int BPF_PROG(iot_cache_delete, struct folio *folio)
+/* The thread returns to user space after kernel work a signal, a preemption
+ * or task work asked for (glibc registers every thread's rseq area, and the
+ * kernel updates it there): the end of a pending release. */
+SEC("tp_btf/rseq_update")
+int BPF_PROG(iot_rseq_update, struct task_struct *t)
 {
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct inflight *st;
 
-	if (!maybe(bpf_get_current_pid_tgid() >> 32))
+	if (!maybe(pid_tgid >> 32))
 		return 0;
 	st = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
-	if (!st || !st->rel_ts)
-		return 0;
-	if (!st->rel_ino) {
-		struct inode *host = BPF_CORE_READ(folio, mapping, host);
-
-		st->rel_ino = BPF_CORE_READ(host, i_ino);
-		st->rel_dev = BPF_CORE_READ(host, i_sb, s_dev);
-		st->rel_magic = BPF_CORE_READ(host, i_sb, s_magic);
-	}
-	st->rel_bytes += folio_bytes(folio);
-	st->rel_last = bpf_ktime_get_ns();
+	if (st && st->rel_ts)
+		flush_release(st, pid_tgid >> 32, (__u32)pid_tgid, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -164,13 +164,13 @@ enum iot_op {
 	 * the TLS call makes on the same thread); payload = the plaintext's first
 	 * bytes when they start an HTTP message (IOT_EF_NET_DATA) */
 	IOT_TLS_READ, IOT_TLS_WRITE,
-	/* the kernel freeing files' cached pages on a traced thread's way back
-	 * to user space after a call that dropped the last reference to them
-	 * (the final fput runs as task work, after the call's exit: a munmap of
-	 * a deleted shared-memory file, a DataLoader's batch, frees its pages
-	 * there): ts_ns = the call's return, dur_ns = to the last page dropped,
-	 * ret = bytes dropped, flags = the call's op, ino/dev/fs_magic = the
-	 * first file dropped */
+	/* the kernel's work on a traced thread's way back to user space after a
+	 * munmap, close, close_range, dup2 or dup3 that dropped a file's last
+	 * reference (the final fput runs as task work, after the call's exit: a
+	 * munmap of a deleted shared-memory file, a DataLoader's batch, frees its
+	 * pages there), 20 us or longer: ts_ns = the call's return, dur_ns = to
+	 * the return to user space, flags = the call's op, arg = its first
+	 * argument, fd/ino/dev = its fd's file (close, dup2/3) */
 	IOT_FILE_RELEASE,
 	IOT_OP_COUNT
 };
@@ -300,6 +300,9 @@ enum iot_counter {
 	IOT_CNT_FAULT_UNRESOLVED, /* user page faults whose mapping could not be
 				     looked up (bpf_find_vma busy): not recorded,
 				     whether or not on a file */
+	IOT_CNT_RELEASE_UNTIMED, /* munmap/close calls that left work for the return to
+				    user space (a file's last release) not timed: the
+				    thread has no rseq area, or no return was seen */
 	IOT_CNT_MAX
 };
 

@@ -85,17 +85,15 @@ struct inflight {
 	__u32 fill_dev;
 	__u32 fill_magic;
 	/* a call that left the kernel work to do on the way back to user space
-	 * (its last fput of a file): its return, and the cached pages the kernel
-	 * dropped after it, until the thread's next system call or exit */
+	 * (its last fput of a file): its return, until the thread is back there */
 	__u64 rel_ts;         /* the call's return (0: none pending) */
-	__u64 rel_last;       /* the last page dropped (0: none yet) */
-	__u64 rel_bytes;
-	__u64 rel_ino;
+	__u64 rel_arg;        /* its first argument */
+	__u64 rel_ino;        /* its file (close, dup2/3) */
 	__u32 rel_dev;
 	__u32 rel_magic;
+	__s32 rel_fd;
 	__u16 rel_op;
-	__u16 pad5;
-	__u32 pad6;
+	__u16 rel_imode;
 	/* the file this thread last marked in job_files, and how (IOT_JOB_*
 	 * bits >> 32): a run of reads of one file updates the map once */
 	__u64 jf_ino;

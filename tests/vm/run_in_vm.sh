@@ -87,6 +87,7 @@ else
     export IOTRACE_BLOCK_DIR=$B
     set -- tests/test_calls.py::test_relative_open_after_chdir_and_writes \
         tests/test_calls.py::test_openat_with_dirfd_and_dup2_alias \
+        tests/test_calls.py::test_shared_memory_freed_after_its_munmap \
         tests/test_wakers.py tests/test_fio.py::test_random_4k_reads_exact \
         tests/test_storage.py::test_cold_read_comes_from_storage_warm_from_memory \
         tests/test_storage.py::test_numpy_mmap_faults_bring_the_file_in \

@@ -513,7 +513,8 @@ class Session:
                          ("path_truncated", "no_storage", "traced_full", "kernel_capped",
                           "cache_other_bytes", "block_lost", "async_lost", "unknown_records",
                           "probe_misses", "block_no_completion", "calls_entry_unseen",
-                          "calls_return_unseen", "own_lock_waits", "faults_unresolved")})
+                          "calls_return_unseen", "own_lock_waits", "faults_unresolved",
+                          "releases_untimed")})
         # system calls entered but not returned when the trace stopped: their
         # records carry eflags UNFINISHED (-1: the recorder could not list them)
         # and those an attach's processes were in (asleep or running) when it began

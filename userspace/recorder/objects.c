@@ -52,8 +52,8 @@ struct probe core_probes[] = {
 	CORE("wake-ups (sched_waking)", "sched_waking", "iot_sched_waking", false),
 	CORE("page cache additions (mm_filemap_add_to_page_cache)", "mm_filemap_add_to_page_cache",
 	     "iot_cache_add", false),
-	CORE("page cache removals after a call (mm_filemap_delete_from_page_cache)",
-	     "mm_filemap_delete_from_page_cache", "iot_cache_delete", false),
+	CORE("returns to user space after a file's release (rseq_update)", "rseq_update",
+	     "iot_rseq_update", false),
 	CORE("page faults on file mappings (page_fault_user)", "page_fault_user",
 	     "iot_page_fault", false),
 };

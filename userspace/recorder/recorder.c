@@ -1518,7 +1518,7 @@ open_core:
 	       "\"probe_misses\":%llu,\"probe_misses_by_prog\":%s,\"block_no_completion\":%llu,"
 	       "\"calls_entry_unseen\":%llu,\"calls_return_unseen\":%llu,"
 	       "\"calls_unfinished\":%lld,\"calls_began_before\":%lld,"
-	       "\"own_lock_waits\":%llu,\"faults_unresolved\":%llu,\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
+	       "\"own_lock_waits\":%llu,\"faults_unresolved\":%llu,\"releases_untimed\":%llu,\"unknown_records\":%llu,\"segments\":%u,\"job_status\":%d,\"exec_errno\":%d,"
 	       "\"end_monotonic_ns\":%llu}",
 	       stop_reason, (unsigned long long)(now_ns() - t0),
 	       (unsigned long long)tot.events,
@@ -1544,6 +1544,7 @@ open_core:
 	       calls_open, calls_began,
 	       (unsigned long long)counter_sum(skel, IOT_CNT_OWN_LOCK_WAITS),
 	       (unsigned long long)counter_sum(skel, IOT_CNT_FAULT_UNRESOLVED),
+	       (unsigned long long)counter_sum(skel, IOT_CNT_RELEASE_UNTIMED),
 	       (unsigned long long)tot.unknown, sp.seq, job_status, exec_errno,
 	       (unsigned long long)now_ns());
 	if (opt.cmd && job_status >= 0)
