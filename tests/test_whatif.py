@@ -215,7 +215,16 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
     points). 4 readers on 2 CPUs: the CPUs
     are the limit, and the prediction must say so and gain little over 2
     (it was 2-9 points high while the readers' time copying the cached
-    files, on CPU, was left out of the CPUs' stage; docs/whatif.md)."""
+    files, on CPU, was left out of the CPUs' stage; docs/whatif.md).
+
+    The CPUs' stage is the traced run's CPU work a batch, the tracer's own
+    in the readers' threads included (4.7 K system calls and 7.3 K page
+    faults a batch, about 0.16 us of BPF each here: 7% of their CPU; more on
+    a slower machine): a prediction limited by the CPUs is that much low.
+    Each round also runs one reader untraced, and the prediction is held to
+    the run once scaled by the tracer's measured slowdown (its one-reader
+    step traced over untraced, by DLIO's clock), and uncorrected, to at
+    most 5 points above the run."""
     pytest.importorskip("dlio_benchmark")
     import statistics
     import test_dlio as dl
@@ -237,12 +246,19 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
 
     pred: dict[int, list] = {2: [], 4: []}
     ran: dict[int, list] = {2: [], 4: []}
+    slowdown, inputs = [], []
     for round_ in range(3):
         c, out = cmd(1)
         proc, trace = trace_run(tmp_path / f"t{round_}", *c, env=dl.ENV)
         assert proc.returncode == 0, proc.stderr[-2000:]
+        traced_au = dl.dlio_own_au(out)
+        subprocess.run(c, env=dl.ENV, check=True, capture_output=True, timeout=600)
+        slowdown.append(dl.dlio_own_au(out) / traced_au)
         report = build_report(trace, Targets(), rules=False)
         base = report.whatif["baseline"]
+        inputs.append({k: base["inputs"][k] for k in ("step_s", "compute_s", "compute_cpu_s",
+                                                      "loop_serial_s", "prep_cpu_s",
+                                                      "fetch_cpu_s", "cpus")})
         assert base["limited_by"] == "producers" and not base["rough"], base
         # the data was read from the page cache already: caching it, or a
         # faster storage, changes nothing, and says why
@@ -257,11 +273,18 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
             c, out_n = cmd(n)
             subprocess.run(c, env=dl.ENV, check=True, capture_output=True, timeout=600)
             ran[n].append(dl.dlio_own_au(out_n))
-        print(f"round {round_}: 1 reader DLIO {dl.dlio_own_au(out):.1%} (iotrace "
-              f"{base['measured_au']:.1%}); 2 readers predicted {pred[2][-1]:.1%}, ran "
-              f"{ran[2][-1]:.1%}; 4 readers predicted {pred[4][-1]:.1%}, ran {ran[4][-1]:.1%}")
-    med = {n: (statistics.median(pred[n]), statistics.median(ran[n])) for n in (2, 4)}
-    print("medians (predicted, ran):", med)
+        print(f"round {round_}: 1 reader DLIO {traced_au:.1%} traced (iotrace "
+              f"{base['measured_au']:.1%}), untraced x{slowdown[-1]:.3f}; 2 readers predicted "
+              f"{pred[2][-1]:.1%}, ran {ran[2][-1]:.1%}; 4 readers predicted "
+              f"{pred[4][-1]:.1%}, ran {ran[4][-1]:.1%}")
+    # the tracer's slowdown of the one-reader run, whose CPU work a batch the
+    # CPUs' stage takes as it was traced
+    rho = statistics.median(slowdown)
+    med = {n: (statistics.median(pred[n]) * rho, statistics.median(ran[n])) for n in (2, 4)}
+    print(f"medians (predicted x{rho:.3f} the tracer's slowdown, ran):", med)
+    why = (pred, ran, slowdown, inputs)
+    for n in (2, 4):
+        assert statistics.median(pred[n]) <= med[n][1] + POINTS, why
     # 4 readers on 2 CPUs ran 2-6 points above 2 readers in one CI run (medians
     # 61.7% and 57.7%, predicted 56.0% for both): more threads than CPUs keep
     # them a little busier than the CPUs' stage says; held to 7 points there
@@ -269,9 +292,9 @@ def test_dlio_more_readers_then_the_cpus_limit(tmp_path):
     cpu_bound = (base["inputs"]["cpus"] or 0) <= 2
     for n in (2, 4):
         tol = 0.07 if n == 4 and cpu_bound else POINTS
-        assert med[n][0] == pytest.approx(med[n][1], abs=tol), (pred, ran)
+        assert med[n][0] == pytest.approx(med[n][1], abs=tol), why
     if cpu_bound:
-        assert med[4][0] - med[2][0] < POINTS, (pred, ran)
+        assert med[4][0] - med[2][0] < POINTS, why
 
 
 def test_small_reads_saving_at_the_device_ceiling(tmp_path, samples):
