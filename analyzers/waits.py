@@ -44,7 +44,7 @@ THRESHOLDS = {
     "min_deliveries": 3,          # producer-side wake-ups or pipe reads to call a thread a consumer
     "min_delivery_span": 0.5,     # ... spread over at least this share of the dataset's reading span
     "merge_gap_ms": 1.0,          # loader calls closer than this form one data wait
-    "release_gap_ms": 2.0,        # a batch's shared memory freed this soon after a wait: part of it
+    "release_gap_ms": 5.0,        # a batch's shared memory freed this soon after a wait: part of it
     "min_producer_share": 0.005,  # of the dataset bytes, for a thread to count as a producer
     "min_dataset_bytes": 1048576,  # data bytes read below this: no dataset (a config file)
     "io_bound_share": 0.10,       # data-wait share of the window at and above which: io-bound
@@ -542,24 +542,31 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
 
 
 def _with_releases(con, tid: int, core: np.ndarray, lo: int, hi: int, gap: int) -> np.ndarray:
-    """The waits, each taking in the loop's freeing of the batch before,
-    where that began within `gap` of its end. A worker process's batch comes
-    in shared memory (a deleted /dev/shm file): the loop frees the last one
-    as it takes the next (`for batch in loader` rebinds it), and the kernel
-    frees its pages on the loop's way back to user space from the munmap
-    (file_release records): 4-5 ms for 24 MiB, 10% of a DLIO step, which
-    DLIO's own clock counts as loading and which was taken for compute."""
+    """The waits with the loop's freeing of the batches handed to it. A worker
+    process's batch comes in shared memory (a deleted /dev/shm file): the
+    loop frees the last one as it takes the next (`for batch in loader`
+    rebinds it), and the kernel frees its pages on the loop's way back to
+    user space from the munmap (file_release records): 4-6 ms for 24 MiB,
+    10% of a DLIO step, which DLIO's own clock counts as loading and which
+    was taken for compute. The first release after a wait, where it began
+    within `gap` of the wait's end, extends that wait (the time between is
+    the loop's own in next(): unpacking); a later one before the next wait
+    is a step whose batch was ready, its next() no wait in the kernel's
+    eyes, and is a wait of its own (46 of a DLIO run's 160 steps with 2
+    readers)."""
     rel = np.array(con.execute(
         """select ts_ns, ts_ns + dur_ns from events
            where tid = ? and op = 'file_release' and ts_ns < ? and ts_ns + dur_ns > ?
            order by ts_ns""", [tid, hi, lo]).fetchall(), dtype=np.int64).reshape(-1, 2)
-    if not len(rel):
+    if not len(rel) or not len(core):
         return core
-    k = np.searchsorted(core[:, 0], rel[:, 0], side="right") - 1
-    ok = (k >= 0) & (rel[:, 0] <= core[np.maximum(k, 0), 1] + gap)
-    if not ok.any():
-        return core
-    took = np.stack([np.minimum(core[k[ok], 1], rel[ok, 0]), rel[ok, 1]], axis=1)
+    # the wait each release follows (-1: none), and whether it is the first after it
+    k = np.searchsorted(core[:, 1], rel[:, 0], side="right") - 1
+    first = np.concatenate(([True], k[1:] != k[:-1])) & (k >= 0)
+    inside = (k + 1 < len(core)) & (rel[:, 0] >= core[np.minimum(k + 1, len(core) - 1), 0])
+    near = first & (rel[:, 0] <= core[np.maximum(k, 0), 1] + gap)
+    alone = ~first & (k >= 0) & ~inside
+    took = np.concatenate([np.stack([core[k[near], 1], rel[near, 1]], axis=1), rel[alone]])
     return ivl.union(np.concatenate([core, took]))
 
 

@@ -25,6 +25,9 @@ user would run them, one traced run each:
   dlio-no-compute DLIO, no compute, cached, one epoch of 512 steps (2048 files
                   of 256 KiB): its headline AU is 0 by its own definition;
                   its clock around next() is what is compared
+  dlio-24MiB-batches  DLIO, 1 reader, 12 samples of 2 MiB a batch (24 MiB
+                  of shared memory the loop frees as it takes the next),
+                  10 ms compute, cached, 4 epochs
   dlio-cold-0.2s  DLIO, 0.2 s compute, data cold (its AU leaves step 1 out)
 
 DLIO's figures leave each epoch's first step out, and so does iotrace's
@@ -228,7 +231,7 @@ class Bench:
             self.made[key] = d
         return self.made[key]
 
-    def dlio(self, data: Path, out: Path, *overrides, trace=True, prefix=()):
+    def dlio(self, data: Path, out: Path, *overrides, trace=True, prefix=(), batch=BATCH):
         cmd = [*prefix, DLIO, f"--config-dir={ROOT / 'tests' / 'dlio'}", "workload=iotrace_small",
                f"++workload.dataset.data_folder={data}", f"++workload.output.folder={out}",
                f"hydra.run.dir={out}", *overrides]
@@ -242,7 +245,7 @@ class Bench:
         # (its wall time from its throughput, which is steps * batch over it:
         # its AU, compute over it, is 0 without compute)
         o = json.loads((out / "0_output.json").read_text())
-        aus = [1 - sum(d["load"][b][1:]) / (len(d["load"][b]) * BATCH / d["throughput"][b]
+        aus = [1 - sum(d["load"][b][1:]) / (len(d["load"][b]) * batch / d["throughput"][b]
                                            - d["proc"][b][0])
                for e, d in o.items() if e.isdigit() for b in d["load"]]
         return sum(aus) / len(aus), v["after_first_step"]["accelerator_utilization"], v
@@ -265,6 +268,14 @@ class Bench:
         return self.dlio(self.warm_dlio(*shape), self.work / "dlio-out",
                          "++workload.train.computation_time=0", *shape)
 
+    def dlio_big_batches(self):
+        # 12 samples of 2 MiB a batch through one reader's shared memory: the
+        # loop frees each 24 MiB batch as it takes the next (file_release)
+        shape = ("++workload.dataset.num_files_train=480",)
+        return self.dlio(self.warm_dlio(*shape), self.work / "dlio-out",
+                         "++workload.train.computation_time=0.01", "++workload.reader.batch_size=12",
+                         "++workload.train.epochs=4", *shape, batch=12)
+
     def dlio_cold(self):
         d = self.dlio_data()
         evict(d)
@@ -276,7 +287,8 @@ PIPELINES = {"tf-cnn": Bench.tf_cnn, "tf-sleep-50ms": Bench.tf_sleep_50ms,
              "jpegs-w0": Bench.jpegs_w0, "jpegs-w2": Bench.jpegs_w2,
              "only-np-load": Bench.only_np_load, "demo": Bench.demo,
              "s3-throttled": Bench.s3_throttled, "dlio-rt0": Bench.dlio_rt0,
-             "dlio-no-compute": Bench.dlio_no_compute, "dlio-cold-0.2s": Bench.dlio_cold}
+             "dlio-no-compute": Bench.dlio_no_compute, "dlio-24MiB-batches": Bench.dlio_big_batches,
+             "dlio-cold-0.2s": Bench.dlio_cold}
 
 
 @contextlib.contextmanager
