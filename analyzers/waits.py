@@ -560,11 +560,13 @@ def _with_releases(con, tid: int, core: np.ndarray, lo: int, hi: int, gap: int) 
            order by ts_ns""", [tid, hi, lo]).fetchall(), dtype=np.int64).reshape(-1, 2)
     if not len(rel) or not len(core):
         return core
-    # the wait each release follows (-1: none), and whether it is the first after it
+    # the wait each release follows (-1: none), whether it is the first after
+    # it, and whether it began inside the next wait (taken in already: not to
+    # join the two)
     k = np.searchsorted(core[:, 1], rel[:, 0], side="right") - 1
     first = np.concatenate(([True], k[1:] != k[:-1])) & (k >= 0)
     inside = (k + 1 < len(core)) & (rel[:, 0] >= core[np.minimum(k + 1, len(core) - 1), 0])
-    near = first & (rel[:, 0] <= core[np.maximum(k, 0), 1] + gap)
+    near = first & ~inside & (rel[:, 0] <= core[np.maximum(k, 0), 1] + gap)
     alone = ~first & (k >= 0) & ~inside
     took = np.concatenate([np.stack([core[k[near], 1], rel[near, 1]], axis=1), rel[alone]])
     return ivl.union(np.concatenate([core, took]))
