@@ -289,3 +289,26 @@ def test_fio_read_rate_matches_fios_own(tmp_path):
     # over the span of fio's calls on its file, cache invalidation included, as fio counts it
     assert v["read_bytes_per_s"] == pytest.approx(bw, rel=0.10), (v["read_bytes_per_s"], bw)
     assert v["loops"][0]["how"] == "self-loading" and v["status"] == "io-bound"
+
+
+def test_releases_join_the_waits_they_follow():
+    """The rules that count a loop's freeing of handed-over batches
+    (file_release) in its waits, on made-up intervals (ms): the first release
+    after a wait within 5 ms extends it; a later one before the next wait is a
+    step whose batch was ready, a wait of its own; one that began inside the
+    next wait leaves the two apart; one before any wait, or the first after a
+    wait but later than 5 ms, stays compute."""
+    import duckdb
+    import numpy as np
+    from iotrace.analyzers import waits
+    con = duckdb.connect()
+    con.execute("create table events (tid int, op varchar, ts_ns bigint, dur_ns bigint)")
+    ms = 1_000_000
+    for a, b in [(-8, -6), (11, 15), (25, 27), (42, 43), (47, 55), (70, 72), (90, 95),
+                 (108, 110)]:
+        con.execute("insert into events values (1, 'file_release', ?, ?)", [a * ms, (b - a) * ms])
+    con.execute("insert into events values (2, 'file_release', ?, ?)", [16 * ms, ms])
+    core = np.array([[0, 10], [30, 40], [41, 45], [100, 101]], dtype=np.int64) * ms
+    out = waits._with_releases(con, 1, core, -10 * ms, 200 * ms, 5 * ms) // ms
+    assert out.tolist() == [[0, 15], [25, 27], [30, 40], [41, 55], [70, 72], [90, 95],
+                            [100, 101]]
