@@ -21,8 +21,10 @@ loop and its waits are found from those sums alone, per process:
   zero); `iotrace run` finds those loops from a full trace.
 
 What it cannot see: time on CPU inside the loader's next() (unpickling,
-collating), which a full trace with Python stacks counts; a wait still in
-progress (counted when it ends, in the second it ends).
+collating), which a full trace with Python stacks counts; the loop's
+freeing of the batches' shared memory (file_release records), which a full
+trace counts in its waits; a wait still in progress (counted when it ends,
+in the second it ends).
 """
 from __future__ import annotations
 
