@@ -35,16 +35,40 @@ def datafile(tmp_path_factory):
     return path
 
 
+def job_reading(recorder: int, calls: int = 1000) -> bool:
+    """Whether a process under the recorder (the traced job and its
+    children) has made `calls` read calls."""
+    todo = [int(c) for t in os.listdir(f"/proc/{recorder}/task")
+            for c in open(f"/proc/{recorder}/task/{t}/children").read().split()]
+    while todo:
+        pid = todo.pop()
+        try:
+            io = dict(line.split(": ") for line in open(f"/proc/{pid}/io").read().splitlines())
+            if int(io["syscr"]) >= calls:
+                return True
+            todo += [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                     for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except (OSError, KeyError, ValueError):
+            continue
+    return False
+
+
 def run_reader_stopped(out, command, *extra):
     """`iotrace run --ringbuf-mb 1 [extra] -o out -- command` with its reader
-    (the recorder) stopped for a second once tracing has begun, so that the
-    ring fills while the command runs. (exit code, stdout, stderr)."""
+    (the recorder) stopped for a second once the command is reading (1000
+    read calls: a fio started under load had not begun its reads a second
+    after tracing began, and nothing overflowed), so that the ring fills
+    while the command runs. (exit code, stdout, stderr)."""
     tracer = subprocess.Popen([*IOTRACE, "run", "-q", "--no-node-summary", "--ringbuf-mb", "1",
                                *extra, "-o", str(out), "--", *command],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (out / "meta.json").exists()), "tracing never began"
-        recorder = int(open(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read().split()[0])
+        recorder = next(c for t in os.listdir(f"/proc/{tracer.pid}/task")
+                        for c in map(int, open(f"/proc/{tracer.pid}/task/{t}/children").read()
+                                     .split())
+                        if open(f"/proc/{c}/comm").read().startswith("iotrace-recorde"))
+        assert wait_for(lambda: job_reading(recorder)), "the command never read"
         os.kill(recorder, signal.SIGSTOP)
         time.sleep(1.0)
         os.kill(recorder, signal.SIGCONT)
