@@ -255,6 +255,16 @@ static __always_inline bool rseq_registered(struct task_struct *task)
 	return BPF_CORE_READ(t, rseq) != NULL;
 }
 
+/* A release still pending when the thread enters the kernel again or exits:
+ * no return to user space was seen after it, and it is not timed. */
+static __always_inline void release_untimed(struct inflight *st)
+{
+	if (st->rel_ts) {
+		count(IOT_CNT_RELEASE_UNTIMED);
+		st->rel_ts = 0;
+	}
+}
+
 /* A call's deferred release (IOT_FILE_RELEASE), ended by the thread's return
  * to user space at `end`: sent when it took IOT_RELEASE_MIN_NS or more (a
  * plain file's last close takes a few microseconds there). */
@@ -727,10 +737,7 @@ static __always_inline int on_enter_op(struct pt_regs *regs, __u16 op, __u8 rema
 			flush_fault(st, tgid, (__u32)bpf_get_current_pid_tgid());
 		if (st->fill_ts)
 			flush_fill(st, tgid, (__u32)bpf_get_current_pid_tgid());
-		if (st->rel_ts) {       /* no return to user space seen: not timed */
-			count(IOT_CNT_RELEASE_UNTIMED);
-			st->rel_ts = 0;
-		}
+		release_untimed(st);
 		if (remaps) {
 			syscall_args(regs, a);
 			forget_mappings(task, st, remaps, a);
@@ -1348,7 +1355,7 @@ static __always_inline int on_exit_op(const struct pt_regs *regs, __u16 op, long
 			count(IOT_CNT_RELEASE_UNTIMED);
 			return 0;
 		}
-		st->rel_ts = bpf_ktime_get_ns();
+		st->rel_ts = now;       /* where the call's record ends */
 		st->rel_op = op;
 		st->rel_fd = op == IOT_MUNMAP ? -1 : (int)st->a[0];
 		st->rel_arg = st->a[0];
@@ -1785,7 +1792,7 @@ int BPF_PROG(iot_exit, struct task_struct *p)
 	if (st && st->fill_ts)
 		flush_fill(st, tgid, p->pid);
 	if (st)
-		st->rel_ts = 0;
+		release_untimed(st);
 	if (st && profile_mode)
 		profile_flush_thread(st);
 	code = BPF_CORE_READ(p, exit_code);

@@ -35,19 +35,23 @@ def datafile(tmp_path_factory):
     return path
 
 
+def kids(pid: int) -> list[int]:
+    """The children of all of pid's threads."""
+    return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+            for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+
+
 def job_reading(recorder: int, calls: int = 1000) -> bool:
     """Whether a process under the recorder (the traced job and its
     children) has made `calls` read calls."""
-    todo = [int(c) for t in os.listdir(f"/proc/{recorder}/task")
-            for c in open(f"/proc/{recorder}/task/{t}/children").read().split()]
+    todo = kids(recorder)
     while todo:
         pid = todo.pop()
         try:
             io = dict(line.split(": ") for line in open(f"/proc/{pid}/io").read().splitlines())
             if int(io["syscr"]) >= calls:
                 return True
-            todo += [int(c) for t in os.listdir(f"/proc/{pid}/task")
-                     for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+            todo += kids(pid)
         except (OSError, KeyError, ValueError):
             continue
     return False
@@ -64,9 +68,7 @@ def run_reader_stopped(out, command, *extra):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (out / "meta.json").exists()), "tracing never began"
-        recorder = next(c for t in os.listdir(f"/proc/{tracer.pid}/task")
-                        for c in map(int, open(f"/proc/{tracer.pid}/task/{t}/children").read()
-                                     .split())
+        recorder = next(c for c in kids(tracer.pid)
                         if open(f"/proc/{c}/comm").read().startswith("iotrace-recorde"))
         assert wait_for(lambda: job_reading(recorder)), "the command never read"
         os.kill(recorder, signal.SIGSTOP)
