@@ -422,8 +422,11 @@ def test_h5py_threads_serialise_on_its_lock(tmp_path):
     h5 = tmp_path / "data.h5"
     script = str(WORKLOADS / "lb_h5threads.py")
     subprocess.run([sys.executable, script, "make", str(h5), "4"], check=True)
+    # 200 rounds: about 0.3 s of reads here, so each thread waits on the lock many
+    # times (40 rounds took 20-60 ms a thread, and a slower machine once saw one
+    # reader without a wait on the top lock in the window)
     proc, trace = trace_run(tmp_path / "trace", sys.executable, script, "read", str(h5), "4",
-                            "40")
+                            "200")
     assert proc.returncode == 0, proc.stderr
     assert trace.meta["drops"] == 0
     tids = {int(line.split()[0]): line.split()[1] for line in proc.stdout.split("\n") if line}
@@ -443,14 +446,14 @@ def test_h5py_threads_serialise_on_its_lock(tmp_path):
     assert all(p["wait_s"] > 0 for p in readers.values())
     assert e["top_lock_threads"] == 4
 
-    # the trace's own read intervals: 4 threads x 40 rounds x 4 slices of 1 MiB,
+    # the trace's own read intervals: 4 threads x 200 rounds x 4 slices of 1 MiB,
     # never two at once
     reads = rows(trace, f"""select e.tid, e.ts_ns, e.ts_ns + e.dur_ns, e.ret from events e
                             join files f using (file_id)
                             where f.path = ? and e.op in ('pread64', 'read')
                               and e.tid in ({', '.join(map(str, tids))})""", str(h5))
     assert {r[0] for r in reads} == set(tids)
-    assert sum(r[3] for r in reads) >= 4 * 40 * 4 * MiB
+    assert sum(r[3] for r in reads) >= 4 * 200 * 4 * MiB
     assert sweep_max([(s, end) for _, s, end, _ in reads]) == 1
     assert e["reads"] == len(reads)
 
