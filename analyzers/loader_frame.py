@@ -65,6 +65,8 @@ KNOWN = [
     ("webdataset/pipeline.py", "iterator", "webdataset pipeline"),
     ("lightning/pytorch/loops/fetchers.py", "__next__", "Lightning data fetcher"),
     ("multiprocessing/pool.py", "IMapIterator.next", "multiprocessing.Pool.imap"),
+    # (the sampler names Grain's modules by their file alone)
+    ("data_loader.py", "DataLoaderIterator.__next__", "Grain DataLoader"),
 ]
 
 # frames inside a loader's next() that are not waits for data: the loader

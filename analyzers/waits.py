@@ -221,7 +221,7 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
             sources.setdefault(woken, set()).update(sources.pop(waker, set()))
             sources[woken].add(("relay", waker))
     loops: list[Loop] = []
-    workers: set[int] = set()
+    workers: set[int] = _helpers(con)
     depth = _depths(con)
     # 1. consumers of other processes' data (ancestors first: a worker is not a consumer)
     for pid in sorted(by_proc, key=lambda p: (depth.get(p, 0), p)):
@@ -263,6 +263,18 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
     if not loops:
         return [], "dataset reads were seen, but no thread that consumes them"
     return loops, None
+
+
+# Python's own helper processes, which the loader's processes write to (the
+# resource tracker is told of each shared-memory batch Grain's workers make):
+# woken by the producers again and again, they are never a training loop
+HELPERS = r"from multiprocessing\.(resource_tracker|forkserver|semaphore_tracker) import main"
+
+
+def _helpers(con) -> set[int]:
+    return {int(p) for (p,) in con.execute(
+        "select distinct pid from processes where regexp_matches(cmdline, ?)",
+        [HELPERS]).fetchall()}
 
 
 def _parents(con) -> dict[int, int]:
@@ -539,6 +551,40 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
                            glue[:, 0])
         core = ivl.union(np.concatenate([core, glue[near]]), gap)
     return ivl.clip(core, lo, hi)
+
+
+def _without_shutdown(con, lp: Loop, eps: np.ndarray) -> np.ndarray:
+    """A worker-processes loop's waits less those in which every worker process
+    alive at the wait's start exited, none alive at its end: the loader joining
+    its workers once the data ran out, not a wait for a batch (no batch comes
+    from a process that exits). Grain's DataLoader does it in the next() that
+    ends the data (0.5 s of a 6.6 s loop that its own clock leaves out, as it
+    leaves the StopIteration out); PyTorch's _shutdown_workers, which the
+    loader frame also leaves out where the job's stacks show it. Where the
+    last waits go, lp.end_ns is set to the first one's start: the loop's steps
+    ended there (its stacks, read later, can only make it earlier)."""
+    if not len(eps) or not lp.producers:
+        return eps
+    life = np.array(con.execute(f"""
+        select min(start_ns), case when bool_or(exit_ns is null) then null else max(exit_ns) end
+        from threads where pid != {lp.pid} and pid in (select pid from threads
+              where tid in ({",".join(map(str, lp.producers))})) group by pid""").fetchall(),
+                    dtype=object).reshape(-1, 2)
+    if not len(life):
+        return eps
+    start = np.array([x if x is not None else -1 for x in life[:, 0]], dtype=np.int64)
+    end = np.array([x if x is not None else np.iinfo(np.int64).max for x in life[:, 1]],
+                   dtype=np.int64)
+    keep = np.ones(len(eps), dtype=bool)
+    for i, (s, e) in enumerate(eps):
+        alive_at_s = (start <= s) & (end > s)
+        alive_at_e = (start <= e) & (end > e)
+        if alive_at_s.any() and (end[alive_at_s] <= e).all() and not alive_at_e.any():
+            keep[i] = False
+    if not keep[-1]:            # the steps ended where the first of the last ones began
+        kept = np.flatnonzero(keep)
+        lp.end_ns = int(eps[kept[-1] + 1 if len(kept) else 0, 0])
+    return eps[keep]
 
 
 def _with_releases(con, tid: int, core: np.ndarray, lo: int, hi: int, gap: int) -> np.ndarray:
@@ -1040,7 +1086,9 @@ def _in_loader(con, tl: Timelines, lp: Loop, t0: int, t1: int, th: dict,
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, th, override)
     if lp.loader:
         caller = loader_frame.loop_caller(con, lp.tid, lp.loader)
-        lp.end_ns = loader_frame.loop_end(con, caller)
+        end = loader_frame.loop_end(con, caller)
+        if lp.end_ns is None or (end is not None and end < lp.end_ns):
+            lp.end_ns = end                 # (a shutdown at the end set it already)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
             lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
         samples = loader_frame.attempts(con, lp.tid, lp.loader)
@@ -1177,6 +1225,8 @@ def analyse(con, th: dict, t0: int, t1: int,
             lp.end_ns = runtime_steps.last_step_end(tl, rl, lp.episodes)
             continue
         lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
+        if lp.how == "worker-processes" and len(lp.episodes):
+            lp.episodes = lp.kernel_waits = _without_shutdown(con, lp, lp.episodes)
         if stacks and lp.how != "checkpoint-only":
             _in_loader(con, tl, lp, t0, t1, th, loader_override)
         if lp.how == "worker-processes" and len(lp.episodes):

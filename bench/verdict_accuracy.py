@@ -21,6 +21,12 @@ user would run them, one traced run each:
   s3-throttled    2 DataLoader workers GET their samples with boto3 from a
                   local S3 server (moto) through a proxy answering every 4th
                   request 503 SlowDown; 20 ms compute
+  grain-w2        Grain (Google's loader for JAX): a data source reading a
+                  file a record, numpy decode, Batch, grain.DataLoader with 2
+                  worker processes (batches in shared memory); 20 ms steps
+  grain-w0        the same with worker_count=0 (all in the loop's process)
+  grain-ahead     2 workers, light decode, 50 ms steps: the loader keeps ahead
+  grain-cold-20MB/s  2 workers, cold, the storage throttled to 20 MB/s
   dlio-rt0        DLIO, read_threads 0 (the loop loads), 0.05 s compute
   dlio-no-compute DLIO, no compute, cached, one epoch of 512 steps (2048 files
                   of 256 KiB): its headline AU is 0 by its own definition;
@@ -218,6 +224,27 @@ class Bench:
                 px.stop()
         return own_json(out), v["accelerator_utilization"], v
 
+    def grain(self, *args, prefix=(), data=None):
+        need("grain")
+        d = data or self.data("grain", [PY, str(WORKLOADS / "grain_train.py"), "--make", "256"])
+        own, v = self.script("grain_train.py", d, *args, prefix=prefix)
+        return own, v["accelerator_utilization"], v
+
+    def grain_w2(self):
+        return self.grain("--workers", "2")
+
+    def grain_w0(self):
+        return self.grain("--workers", "0", "--epochs", "3")
+
+    def grain_ahead(self):
+        return self.grain("--workers", "2", "--prep", "1", "--compute", "0.05")
+
+    def grain_cold(self):
+        d = self.data("grain-cold", [PY, str(WORKLOADS / "grain_train.py"), "--make", "256"])
+        with throttled(d, 20_000_000) as prefix:
+            return self.grain("--workers", "2", "--prep", "1", "--epochs", "1", prefix=prefix,
+                              data=d)
+
     def dlio_data(self, *shape) -> Path:
         """DLIO's data set (tests/dlio: 64 files of 2 MiB), or one of another
         shape (overrides of num_files_train and record_length)."""
@@ -286,7 +313,9 @@ PIPELINES = {"tf-cnn": Bench.tf_cnn, "tf-sleep-50ms": Bench.tf_sleep_50ms,
              "tf-one-decoder": Bench.tf_one_decoder, "tf-cold-8MB/s": Bench.tf_cold,
              "jpegs-w0": Bench.jpegs_w0, "jpegs-w2": Bench.jpegs_w2,
              "only-np-load": Bench.only_np_load, "demo": Bench.demo,
-             "s3-throttled": Bench.s3_throttled, "dlio-rt0": Bench.dlio_rt0,
+             "s3-throttled": Bench.s3_throttled, "grain-w2": Bench.grain_w2,
+             "grain-w0": Bench.grain_w0, "grain-ahead": Bench.grain_ahead,
+             "grain-cold-20MB/s": Bench.grain_cold, "dlio-rt0": Bench.dlio_rt0,
              "dlio-no-compute": Bench.dlio_no_compute, "dlio-24MiB-batches": Bench.dlio_big_batches,
              "dlio-cold-0.2s": Bench.dlio_cold}
 

@@ -1,0 +1,121 @@
+"""A Grain input pipeline (Google's data loader for JAX) as its users write
+it, feeding a training loop that times its own waits for data
+(perf_counter around next(), the MLPerf Storage definition).
+
+    grain_train.py DATA_DIR OUT_JSON [--workers N] [--compute S]
+                   [--compute-kind busy|sleep] [--prep N] [--batch N] [--epochs N]
+    grain_train.py DATA_DIR --make N      # N sample files of 256 KiB
+
+Pipeline: a RandomAccessDataSource that reads one file per record, a
+MapTransform that decodes it (--prep rounds of numpy work on the record:
+a 256x256 float32 matrix product each), Batch, grain.DataLoader with
+--workers worker processes (Grain's own pool: its workers put each batch in
+shared memory and a thread of the loop's process reads it ahead; 0: all in
+the loop's thread). The loop's step is --compute seconds of numpy work
+(busy) or of sleep. Ground truth in OUT_JSON: per step the wait and its
+span on CLOCK_MONOTONIC, the loop's window (the first next() to the last
+step's end; end_ns: that end on CLOCK_MONOTONIC), its thread id and pid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE = 256 << 10
+
+
+class Files:
+    """A Grain data source: record i is the bytes of the i-th file."""
+
+    def __init__(self, d: str) -> None:
+        self.paths = sorted(str(p) for p in Path(d).glob("sample_*.bin"))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> bytes:
+        with open(self.paths[i], "rb") as f:
+            return f.read()
+
+
+def make_decode(rounds: int):
+    import grain.python as grain
+
+    class Decode(grain.MapTransform):
+        def map(self, raw: bytes) -> np.ndarray:
+            a = np.frombuffer(raw, np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
+            a = a / 255.0
+            for _ in range(rounds):
+                a = np.tanh(a @ a.T / 256.0)
+            return a
+
+    return Decode()
+
+
+def busy(seconds: float, m: np.ndarray) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        m = np.tanh(m @ m / 128.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--make", type=int, metavar="N")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--compute", type=float, default=0.02)
+    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
+    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a record")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=2)
+    a = ap.parse_args()
+    if a.make:
+        d = Path(a.data)
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(a.make):
+            (d / f"sample_{i:05d}.bin").write_bytes(os.urandom(SAMPLE))
+        return
+
+    import grain.python as grain
+    source = Files(a.data)
+    loader = grain.DataLoader(
+        data_source=source,
+        sampler=grain.IndexSampler(num_records=len(source), shard_options=grain.NoSharding(),
+                                   shuffle=True, num_epochs=a.epochs, seed=0),
+        operations=[make_decode(a.prep), grain.Batch(a.batch, drop_remainder=True)],
+        worker_count=a.workers)
+    m = np.random.default_rng(0).random((128, 128), dtype=np.float32)
+    waits, spans = [], []
+    it = iter(loader)
+    start = time.perf_counter()
+    while True:
+        t, t_ns = time.perf_counter(), time.monotonic_ns()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        waits.append(time.perf_counter() - t)
+        spans.append((t_ns, time.monotonic_ns()))
+        assert batch.shape == (a.batch, 256, 256)
+        if a.compute_kind == "sleep":
+            time.sleep(a.compute)
+        else:
+            busy(a.compute, m)
+        end, end_ns = time.perf_counter(), time.monotonic_ns()
+    window = end - start
+    # the last next() raised StopIteration: not a step, and not in the window
+    Path(a.out).write_text(json.dumps({
+        "wait_s": waits, "loop_window_s": window, "au": 1 - sum(waits) / window,
+        "wait_spans_ns": spans, "steps": len(waits), "end_ns": end_ns,
+        "tid": threading.get_native_id(), "pid": os.getpid()}))
+
+
+if __name__ == "__main__":
+    main()
