@@ -4,6 +4,7 @@ it, feeding a training loop that times its own waits for data
 
     grain_train.py DATA_DIR OUT_JSON [--workers N] [--compute S]
                    [--compute-kind busy|sleep] [--prep N] [--batch N] [--epochs N]
+                   [--api loader|dataset]
     grain_train.py DATA_DIR --make N      # N sample files of 256 KiB
 
 Pipeline: a RandomAccessDataSource that reads one file per record, a
@@ -11,7 +12,9 @@ MapTransform that decodes it (--prep rounds of numpy work on the record:
 a 256x256 float32 matrix product each), Batch, grain.DataLoader with
 --workers worker processes (Grain's own pool: its workers put each batch in
 shared memory and a thread of the loop's process reads it ahead; 0: all in
-the loop's thread). The loop's step is --compute seconds of numpy work
+the loop's thread). --api dataset: the same steps in Grain's dataset API
+(MapDataset.source ... batch, to_iter_dataset(), mp_prefetch with --workers
+worker processes). The loop's step is --compute seconds of numpy work
 (busy) or of sleep. Ground truth in OUT_JSON: per step the wait and its
 span on CLOCK_MONOTONIC, the loop's window (the first next() to the last
 step's end; end_ns: that end on CLOCK_MONOTONIC), its thread id and pid.
@@ -75,6 +78,9 @@ def main() -> None:
     ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a record")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--api", choices=("loader", "dataset"), default="loader",
+                    help="grain.DataLoader, or the dataset API (MapDataset ... "
+                         "to_iter_dataset().mp_prefetch())")
     a = ap.parse_args()
     if a.make:
         d = Path(a.data)
@@ -85,12 +91,19 @@ def main() -> None:
 
     import grain.python as grain
     source = Files(a.data)
-    loader = grain.DataLoader(
-        data_source=source,
-        sampler=grain.IndexSampler(num_records=len(source), shard_options=grain.NoSharding(),
-                                   shuffle=True, num_epochs=a.epochs, seed=0),
-        operations=[make_decode(a.prep), grain.Batch(a.batch, drop_remainder=True)],
-        worker_count=a.workers)
+    if a.api == "loader":
+        loader = grain.DataLoader(
+            data_source=source,
+            sampler=grain.IndexSampler(num_records=len(source), shard_options=grain.NoSharding(),
+                                       shuffle=True, num_epochs=a.epochs, seed=0),
+            operations=[make_decode(a.prep), grain.Batch(a.batch, drop_remainder=True)],
+            worker_count=a.workers)
+    else:
+        loader = (grain.MapDataset.source(source).shuffle(seed=0).repeat(a.epochs)
+                  .map(make_decode(a.prep)).batch(a.batch, drop_remainder=True)
+                  .to_iter_dataset())
+        if a.workers:
+            loader = loader.mp_prefetch(grain.MultiprocessingOptions(num_workers=a.workers))
     m = np.random.default_rng(0).random((128, 128), dtype=np.float32)
     waits, spans = [], []
     it = iter(loader)
