@@ -67,6 +67,10 @@ KNOWN = [
     ("multiprocessing/pool.py", "IMapIterator.next", "multiprocessing.Pool.imap"),
     # (the sampler names Grain's modules by their file alone)
     ("data_loader.py", "DataLoaderIterator.__next__", "Grain DataLoader"),
+    # every Grain dataset iterator's next() runs in this wrapper: the dataset
+    # API's (MapDataset ... to_iter_dataset(), mp_prefetch) outermost one
+    ("traceback_util.py", "run_with_traceback_filter.<locals>.reraise_with_filtered_traceback",
+     "Grain dataset iterator"),
 ]
 
 # frames inside a loader's next() that are not waits for data: the loader
@@ -149,13 +153,18 @@ def find(con, tid: int, kernel_waits: np.ndarray, th: dict,
             return None, (f"--loader-frame {override}: the loop thread {tid} was never seen in "
                           "it (MODULE:FUNCTION, as in torch.utils.data.dataloader:__next__)")
         return LoaderFrame(function, suffix, "option", "", runs_of(inside)), ""
+    # a known loader's next() on the loop's stack is its loader, however
+    # seldom seen (a loader that keeps ahead returns at once); of two, not one
+    # only ever seen inside the other (Grain's iterators' wrapper inside its
+    # DataLoader's next()), then the most entered
+    seen = [(inside, suffix, function, what) for suffix, function, what in KNOWN
+            for inside in [_stacks_with(con, suffix, function, sid)] if inside.any()]
+    outer = [c for c in seen if not any(
+        o is not c and not (c[0] & ~o[0]).any() and (o[0] & ~c[0]).any() for o in seen)]
     best = None
-    for suffix, function, what in KNOWN:
-        inside = _stacks_with(con, suffix, function, sid)
+    for inside, suffix, function, what in outer:
         n = runs_of(inside)
-        # a known loader's next() on the loop's stack is its loader, however
-        # seldom seen (a loader that keeps ahead returns at once)
-        if n >= 1 and (best is None or n > best.runs):
+        if best is None or n > best.runs:
             best = LoaderFrame(function, suffix, "known", what, n)
     if best:
         return best, ""

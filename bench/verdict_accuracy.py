@@ -26,6 +26,8 @@ user would run them, one traced run each:
                   worker processes (batches in shared memory); 20 ms steps
   grain-w0        the same with worker_count=0 (all in the loop's process)
   grain-ahead     2 workers, light decode, 50 ms steps: the loader keeps ahead
+  grain-dataset-api  grain-ahead in Grain's dataset API (MapDataset ...
+                  to_iter_dataset().mp_prefetch(), 2 worker processes)
   grain-cold-20MB/s  2 workers, cold, the storage throttled to 20 MB/s
   dlio-rt0        DLIO, read_threads 0 (the loop loads), 0.05 s compute
   dlio-no-compute DLIO, no compute, cached, one epoch of 512 steps (2048 files
@@ -239,6 +241,9 @@ class Bench:
     def grain_ahead(self):
         return self.grain("--workers", "2", "--prep", "1", "--compute", "0.05")
 
+    def grain_dataset_api(self):
+        return self.grain("--api", "dataset", "--workers", "2", "--prep", "1", "--compute", "0.05")
+
     def grain_cold(self):
         d = self.data("grain-cold", [PY, str(WORKLOADS / "grain_train.py"), "--make", "256"])
         with throttled(d, 20_000_000) as prefix:
@@ -315,6 +320,7 @@ PIPELINES = {"tf-cnn": Bench.tf_cnn, "tf-sleep-50ms": Bench.tf_sleep_50ms,
              "only-np-load": Bench.only_np_load, "demo": Bench.demo,
              "s3-throttled": Bench.s3_throttled, "grain-w2": Bench.grain_w2,
              "grain-w0": Bench.grain_w0, "grain-ahead": Bench.grain_ahead,
+             "grain-dataset-api": Bench.grain_dataset_api,
              "grain-cold-20MB/s": Bench.grain_cold, "dlio-rt0": Bench.dlio_rt0,
              "dlio-no-compute": Bench.dlio_no_compute, "dlio-24MiB-batches": Bench.dlio_big_batches,
              "dlio-cold-0.2s": Bench.dlio_cold}

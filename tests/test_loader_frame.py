@@ -131,9 +131,11 @@ def grain_files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args", [("--workers", "2"),
-                                  ("--workers", "2", "--prep", "1", "--compute", "0.05")],
-                         ids=["input-bound", "loader-ahead"])
-def test_grain_dataloader_worker_processes(tmp_path, grain_files, args):
+                                  ("--workers", "2", "--prep", "1", "--compute", "0.05"),
+                                  ("--api", "dataset", "--workers", "2", "--prep", "1",
+                                   "--compute", "0.05")],
+                         ids=["input-bound", "loader-ahead", "dataset-api-mp-prefetch"])
+def test_grain_worker_processes(tmp_path, grain_files, args):
     """Grain's DataLoader (Google's loader for JAX): 2 worker processes put
     each batch in shared memory and threads of the loop's process read them
     ahead. One loop, the main thread, its frame the known Grain loader: the
@@ -142,13 +144,18 @@ def test_grain_dataloader_worker_processes(tmp_path, grain_files, args):
     that ends the data joins the workers (about 0.5 s here), which the loop's
     own clock leaves out: the window ends where that call began, right after
     the loop's last step (it ended 0.55 s later, and counted the join as a
-    wait)."""
+    wait). The dataset API (MapDataset ... to_iter_dataset().mp_prefetch()):
+    its outermost iterator's next() in the wrapper Grain puts around each
+    (a worker process was once a second loop, fed by its own read threads)."""
     truth, v = run(tmp_path, "grain_train.py", grain_files, *args)
     check_au(truth, v)
     assert [lp["how"] for lp in v["loops"]] == ["worker-processes"], v["loops"]
     lf = v["loops"][0]["loader_frame"]
-    assert (lf["source"], lf["what"], lf["function"]) == \
-        ("known", "Grain DataLoader", "DataLoaderIterator.__next__"), lf
+    assert (lf["source"], lf["what"], lf["function"]) == (
+        ("known", "Grain dataset iterator",
+         "run_with_traceback_filter.<locals>.reraise_with_filtered_traceback")
+        if "dataset" in args else
+        ("known", "Grain DataLoader", "DataLoaderIterator.__next__")), lf
     w = v["training_window"]
     assert abs(w["end_ns"] - truth["end_ns"]) < 20e6, (w["end_ns"] - truth["end_ns"]) / 1e6
     assert abs(w["start_ns"] - truth["wait_spans_ns"][0][0]) < 20e6
