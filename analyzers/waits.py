@@ -231,9 +231,14 @@ def find_loops(con, th: dict, prod: dict[int, int]) -> tuple[list[Loop], Optiona
                  and any(isinstance(s, int) and s != pid for s in sources.get(t, ()))]
         if cands:
             best = max(cands, key=lambda t: (score[t], t == pid))
-            srcs = {s for s in sources[best] if isinstance(s, int) and s != pid}
+            # the process's other threads fed by other processes hand the loop
+            # their batches too (Grain's DataLoader: a thread reads each worker's
+            # queue; one whose wake-ups of the loop were too few to count as a
+            # relay had left its worker to be a loop of its own)
+            srcs = {s for t in cands for s in sources[t] if isinstance(s, int) and s != pid}
             workers |= srcs
-            relays = [s[1] for s in sources[best] if isinstance(s, tuple)]
+            relays = [s[1] for s in sources[best] if isinstance(s, tuple)] + \
+                [t for t in cands if t != best]
             side = [t for p in srcs for t in by_proc.get(p, [])] + relays + \
                 [t for t in by_proc[pid] if t in prod and t != best]
             loops.append(Loop(pid, best, threads[best][1], "worker-processes", side))
