@@ -565,7 +565,9 @@ def _without_shutdown(con, lp: Loop, eps: np.ndarray) -> np.ndarray:
     from a process that exits). Grain's DataLoader does it in the next() that
     ends the data (0.5 s of a 6.6 s loop that its own clock leaves out, as it
     leaves the StopIteration out); PyTorch's _shutdown_workers, which the
-    loader frame also leaves out where the job's stacks show it. Where the
+    loader frame also leaves out where the job's stacks show it. Waits after
+    such a join that begin with no worker alive go too (a last wake-up 3 ms
+    after it had kept the loop's end, and the join, in the window). Where the
     last waits go, lp.end_ns is set to the first one's start: the loop's steps
     ended there (its stacks, read later, can only make it earlier)."""
     if not len(eps) or not lp.producers:
@@ -581,11 +583,14 @@ def _without_shutdown(con, lp: Loop, eps: np.ndarray) -> np.ndarray:
     end = np.array([x if x is not None else np.iinfo(np.int64).max for x in life[:, 1]],
                    dtype=np.int64)
     keep = np.ones(len(eps), dtype=bool)
+    joined = False
     for i, (s, e) in enumerate(eps):
         alive_at_s = (start <= s) & (end > s)
         alive_at_e = (start <= e) & (end > e)
         if alive_at_s.any() and (end[alive_at_s] <= e).all() and not alive_at_e.any():
-            keep[i] = False
+            keep[i], joined = False, True
+        elif joined and not alive_at_s.any():
+            keep[i] = False         # after the join, with no worker left: no batch to wait for
     if not keep[-1]:            # the steps ended where the first of the last ones began
         kept = np.flatnonzero(keep)
         lp.end_ns = int(eps[kept[-1] + 1 if len(kept) else 0, 0])

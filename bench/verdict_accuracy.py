@@ -236,7 +236,7 @@ class Bench:
         return self.grain("--workers", "2")
 
     def grain_w0(self):
-        return self.grain("--workers", "0", "--epochs", "3")
+        return self.grain("--workers", "0", "--epochs", "4")
 
     def grain_ahead(self):
         return self.grain("--workers", "2", "--prep", "1", "--compute", "0.05")
