@@ -157,9 +157,10 @@ def test_grain_worker_processes(tmp_path, grain_files, args):
         if "dataset" in args else
         ("known", "Grain DataLoader", "DataLoaderIterator.__next__")), lf
     w = v["training_window"]
-    # (the window starts with the first wait the samples place, to about
-    # their interval: -17 to +23 ms from the loop's first next() in 12 runs)
-    assert abs(w["start_ns"] - truth["wait_spans_ns"][0][0]) < 50e6
+    # (the window starts with the first wait the kernel or the samples place:
+    # -17 to +83 ms from the loop's first next() in 13 runs, which starts the
+    # workers and lasts 0.8 s)
+    assert abs(w["start_ns"] - truth["wait_spans_ns"][0][0]) < 150e6
     # The window's end is the start of the last next(), in which the workers
     # are joined, where the kernel saw that join as the loop's wait (0-0.1 ms
     # after the loop's own end, most runs); in about 1 run in 8 of a full run
