@@ -167,11 +167,13 @@ def test_grain_worker_processes(tmp_path, grain_files, args):
     # of this file the loop's waits then were ended by a thread two hops from
     # the workers (the reader of a worker's queue hands the batch to a
     # prefetch thread, which wakes the loop), no data wait, and the window ran
-    # 0.36-0.44 s past the end (AU still within 3 points here, and the
-    # kernel-only verdict 91% against 29%): not asserted, a known limit.
+    # 0.31-0.44 s past the end (AU still within 3 points here, and the
+    # kernel-only verdict 91% and 1% against 24-29%): not asserted, a known
+    # limit (the join counted as a wait, as before the fix, puts the AU about
+    # 7 points low: the AU's bound above holds the fix).
     late = (w["end_ns"] - truth["end_ns"]) / 1e6
     print(f"window end {late:+.1f} ms from the loop's own")
-    assert -20 < late < 500, late
+    assert late > -20, late
 
 
 def test_grain_num_workers_0(tmp_path, grain_files):
