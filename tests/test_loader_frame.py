@@ -169,8 +169,8 @@ def test_grain_worker_processes(tmp_path, grain_files, args):
     # prefetch thread, which wakes the loop), no data wait, and the window ran
     # 0.31-0.44 s past the end (AU still within 3 points here, and the
     # kernel-only verdict 91% and 1% against 24-29%): not asserted, a known
-    # limit (the join counted as a wait, as before the fix, puts the AU about
-    # 7 points low: the AU's bound above holds the fix).
+    # limit (the join counted as a wait, as before the fix, puts the
+    # loader-ahead case's AU about 8 points low: its AU bound holds the fix).
     late = (w["end_ns"] - truth["end_ns"]) / 1e6
     print(f"window end {late:+.1f} ms from the loop's own")
     assert late > -20, late
