@@ -572,16 +572,17 @@ def _without_shutdown(con, lp: Loop, eps: np.ndarray) -> np.ndarray:
     ended there (its stacks, read later, can only make it earlier)."""
     if not len(eps) or not lp.producers:
         return eps
-    life = np.array(con.execute(f"""
-        select min(start_ns), case when bool_or(exit_ns is null) then null else max(exit_ns) end
+    # each worker process's life: its first thread's start (or -1: before
+    # the trace) to its last thread's exit (or never)
+    life = con.execute(f"""
+        select coalesce(min(start_ns), -1) as s,
+               case when bool_or(exit_ns is null) then {np.iinfo(np.int64).max}
+                    else max(exit_ns) end as e
         from threads where pid != {lp.pid} and pid in (select pid from threads
-              where tid in ({",".join(map(str, lp.producers))})) group by pid""").fetchall(),
-                    dtype=object).reshape(-1, 2)
-    if not len(life):
+              where tid in ({",".join(map(str, lp.producers))})) group by pid""").fetchnumpy()
+    start, end = np.asarray(life["s"], dtype=np.int64), np.asarray(life["e"], dtype=np.int64)
+    if not len(start):
         return eps
-    start = np.array([x if x is not None else -1 for x in life[:, 0]], dtype=np.int64)
-    end = np.array([x if x is not None else np.iinfo(np.int64).max for x in life[:, 1]],
-                   dtype=np.int64)
     keep = np.ones(len(eps), dtype=bool)
     joined = False
     for i, (s, e) in enumerate(eps):
