@@ -119,9 +119,19 @@ def _match(function: str, want: str) -> bool:
 
 def frame_stacks(con, file_suffix: str, function: str) -> list[int]:
     """The stacks that hold a frame of that function in a file ending so."""
-    rows = con.execute("""select distinct stack_id, function from pyframes
-                          where ends_with(file, ?)""", [file_suffix]).fetchall()
-    return sorted({int(s) for s, fn in rows if _match(fn, function)})
+    return frames_stacks(con, [(file_suffix, function)])[0]
+
+
+def frames_stacks(con, frames: list) -> list[list[int]]:
+    """frame_stacks of each (file suffix, function, ...) of frames, in one
+    query (a report asks for the dozen known loaders' frames on every loop
+    thread: a query each was a twentieth of a small trace's report)."""
+    suffixes = sorted({f[0] for f in frames})
+    rows = con.execute("select distinct stack_id, function, file from pyframes where "
+                       + " or ".join(["ends_with(file, ?)"] * len(suffixes)),
+                       suffixes).fetchall()
+    return [sorted({int(s) for s, fn, file in rows
+                    if file.endswith(f[0]) and _match(fn, f[1])}) for f in frames]
 
 
 def _stacks_with(con, file_suffix: str, function: str, sids: np.ndarray) -> np.ndarray:
@@ -160,9 +170,10 @@ def find(con, tid: int, kernel_waits: np.ndarray, th: dict,
     # 5%) the one listed later (Grain's iterators' wrapper, inside its
     # DataLoader's next() but for one sample of 710: it had been taken, for
     # one more entry); then the most entered
-    seen = [(k, inside, suffix, function, what) for k, (suffix, function, what)
-            in enumerate(KNOWN) for inside in [_stacks_with(con, suffix, function, sid)]
-            if inside.any()]
+    hits = frames_stacks(con, KNOWN)
+    seen = [(k, inside, suffix, function, what)
+            for k, ((suffix, function, what), hit) in enumerate(zip(KNOWN, hits))
+            for inside in [np.isin(sid, hit)] if inside.any()]
 
     def within(c, o):
         tol = 0.05 * c[1].sum()
@@ -187,8 +198,7 @@ def known_loops(con, th: dict) -> dict[int, int]:
     cold storage and whose next ones return at once, before any sample
     sees them: one run of 850 samples); the most of its process."""
     best: dict[int, tuple[int, int, int]] = {}
-    for suffix, function, _ in KNOWN:
-        hit = frame_stacks(con, suffix, function)
+    for hit in frames_stacks(con, KNOWN):
         if not hit:
             continue
         pairs = con.execute(f"""select distinct pid, tid from pystacks where tid > 0

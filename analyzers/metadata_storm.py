@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from .base import Context, Finding, Rule, file_name
 from .rates import human_bytes
-from .views import META_OPS, pseudo_fs_sql, sql_list
+from .views import META_OPS, drop_other_kind, derived_kind, pseudo_fs_sql, sql_list
 
 MiB = 1 << 20
 OPENS = ("open", "openat", "openat2", "creat")
@@ -90,7 +90,7 @@ DIRNAME = """case when strpos(path, '/') = 0 then '.'
 # are aggregated first: the string work is per distinct path, not per call.
 # Metadata calls on storage: not on a kernel pseudo file system.
 EVENTS_SQL = f"""
-create or replace temp view metadata_storm_events as
+create or replace temp {{kind}} metadata_storm_events as
 select * from events where op in {sql_list(META_OPS)} and not {pseudo_fs_sql()}"""
 
 CALLS_SQL = f"""
@@ -171,7 +171,9 @@ from opened o left join size s using (file_id)"""
 
 def call_counts(ctx: Context) -> dict:
     """Calls of each kind, all calls and their time (one cheap pass)."""
-    ctx.con.execute(EVENTS_SQL)
+    kind = derived_kind(ctx.memo.get("materialise", False))
+    drop_other_kind(ctx.con, ["metadata_storm_events"], kind)
+    ctx.con.execute(EVENTS_SQL.replace("{kind}", kind))
     ctx.con.execute(THREADS_SQL)
     names = ("open", "listing", "getdents", "stat", "fstat", "close", "other")
     counts = ctx.one(f"""select {', '.join(f"coalesce(sum(n) filter (where kind = '{k}'), 0)"

@@ -81,7 +81,7 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
     cached = create_views(con)
     try:
         return _build(trace, targets, rules if run_rules else [], thresholds, only, window_s,
-                      say, loader_frame, kernel_only)
+                      say, loader_frame, kernel_only, materialise=cached is not None)
     finally:
         uncache_events(con, cached)
 
@@ -89,7 +89,7 @@ def build_report(trace, targets: Targets, thresholds_path: Optional[str] = None,
 def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
            only: Optional[list[str]], window_s: Optional[tuple[float, float]],
            say: Callable[[str], None], loader_frame: Optional[str] = None,
-           kernel_only: bool = False) -> Report:
+           kernel_only: bool = False, materialise: bool = False) -> Report:
     con = trace.con
     t0, t1 = con.execute("select min(ts_ns), max(ts_ns + dur_ns) from events "
                          "where op != 'offcpu'").fetchone()
@@ -107,6 +107,7 @@ def _build(trace, targets: Targets, rules: list[Rule], thresholds: dict,
     waits = analyse(con, thresholds["verdict"], ctx.t0_ns, ctx.t1_ns, window, loader_frame,
                     use_stacks=not kernel_only)
     ctx.memo["kernel_only"] = kernel_only
+    ctx.memo["materialise"] = materialise       # views.derived_kind
     ctx.memo["stacks"] = waits.stacks       # what the analysis used: asked once
     ctx.window = waits.window
     ctx.loop_tids = tuple(lp.tid for lp in waits.loops)

@@ -42,7 +42,7 @@ from typing import Optional
 import numpy as np
 
 from . import intervals as ivl
-from .loader_frame import frame_stacks, loop_samples
+from .loader_frame import frames_stacks, loop_samples
 
 # (file suffix, function or qualified-name suffix, what it is): the frame that
 # runs one whole step (its next() included) in a framework's runtime
@@ -85,8 +85,7 @@ def step_runners(con, th: dict) -> dict[int, tuple[int, str, int, int]]:
     the span its steps lie in (RuntimeLoop's first_ns, last_ns)."""
     need = th.get("min_step_samples", THRESHOLDS["min_step_samples"])
     best: dict[int, tuple] = {}
-    for suffix, function, what in STEP_RUNNERS:
-        hit = frame_stacks(con, suffix, function)
+    for (_, _, what), hit in zip(STEP_RUNNERS, frames_stacks(con, STEP_RUNNERS)):
         if not hit:
             continue
         for pid, tid, n in con.execute(f"""

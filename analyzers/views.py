@@ -150,11 +150,12 @@ def create_views(con) -> Optional[str]:
     """The events are cached in memory when they fit (cache_events; what it
     returns is returned, for uncache_events). `io` is materialised once: every
     rule scans it, and re-joining files for each query doubled the cost on
-    large traces."""
+    large traces. With the events cached, so are the views derived from them
+    (derived_kind)."""
     tune(con)
     cached = cache_events(con)
     try:
-        _shared_views(con)
+        _shared_views(con, materialise=cached is not None)
     except BaseException:
         uncache_events(con, cached)
         raise
@@ -197,7 +198,33 @@ def _net_gets(con) -> None:
         con.execute(NET_GETS_EMPTY)
 
 
-def _shared_views(con) -> None:
+def derived_kind(materialise: bool) -> str:
+    """"table" or "view": what a set of rows derived from the events that
+    several queries read is made as. A table where the events are cached (they
+    fit in memory): each query over a view plans the view's joins and unions
+    again (data_reads took 6 ms to plan, a dozen queries read it; a 100,000
+    event trace's report 8% faster so); else a view."""
+    return "table" if materialise else "view"
+
+
+DERIVED = ("data_io", "all_data_io", "data_faults", "data_reads", "meta_ops")
+
+
+def drop_other_kind(con, names, kind: str) -> None:
+    """Drops those of names made as the other kind by an earlier report on
+    this connection (DuckDB does not replace a view by a table)."""
+    if hasattr(con, "spark"):
+        return
+    other = "view" if kind == "table" else "table"
+    listed = "duckdb_views()" if other == "view" else "duckdb_tables()"
+    for (name,) in con.execute(f"select {other}_name from {listed} where temporary "
+                               f"and {other}_name in {sql_list(names)}").fetchall():
+        con.execute(f"drop {other} {name}")
+
+
+def _shared_views(con, materialise: bool = False) -> None:
+    kind = derived_kind(materialise)
+    drop_other_kind(con, DERIVED, kind)
     # one row per pid, for naming a pid's process: a pid the kernel gave out
     # again during the trace has a row per lifetime in processes
     con.execute("""
@@ -214,7 +241,7 @@ def _shared_views(con) -> None:
         from events e join files f using (file_id)
         where e.op in {sql_list(READ_OPS + WRITE_OPS)} and e.file_id >= 0""")
     con.execute(f"""
-        create or replace temp view data_io as
+        create or replace temp {kind} data_io as
         select * from io where ret >= 0 and file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     con.execute(f"""
@@ -237,7 +264,7 @@ def _shared_views(con) -> None:
         create or replace temp view all_io as
         select *, 'syscall' as iface from io union all by name select * from async_io""")
     con.execute(f"""
-        create or replace temp view all_data_io as
+        create or replace temp {kind} all_data_io as
         select * from all_io where ret >= 0 and file_id not in
             (select file_id from files where regexp_matches(coalesce(path, ''), '{NOT_DATA_RE}'))""")
     # User page faults on mappings of the job's data files (reads of memory,
@@ -245,7 +272,7 @@ def _shared_views(con) -> None:
     # bits 1 and 4): `brought` = bytes the fault added to the page cache for
     # the file (0: minor, the page was cached), `dur_ns` = the thread's stall.
     con.execute(f"""
-        create or replace temp view data_faults as
+        create or replace temp {kind} data_faults as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e."offset" as off, e.ret as brought,
                e.ret > 0 as major, e.file_id, f.path
         from events e join files f using (file_id)
@@ -257,7 +284,7 @@ def _shared_views(con) -> None:
     # faulting): a fault counts the bytes it made readable (an estimate);
     # and the objects it GETs over HTTP (S3 and the like): their bodies
     con.execute(f"""
-        create or replace temp view data_reads as
+        create or replace temp {kind} data_reads as
         select ts_ns, pid, tid, file_id, path, nbytes from all_data_io where dir = 'read'
         union all
         select ts_ns, pid, tid, file_id, path,
@@ -267,7 +294,7 @@ def _shared_views(con) -> None:
         union all
         select ts_ns, pid, tid, file_id, path, nbytes from net_gets where ok and nbytes > 0""")
     con.execute(f"""
-        create or replace temp view meta_ops as
+        create or replace temp {kind} meta_ops as
         select e.ts_ns, e.dur_ns, e.pid, e.tid, e.op, e.fd, e.fd_kind, e.flags, e.file_id,
                e.ret, coalesce(e.path, f.path) as path
         from events e left join files f using (file_id)
