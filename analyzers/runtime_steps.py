@@ -212,8 +212,9 @@ def _busy(tl, rl: RuntimeLoop, g: int, lo: int, hi: int) -> np.ndarray:
         handed = (j >= 0) & (last > starts)
         fed = np.sort((off["ts_ns"] + off["wake"])[(off["wake"] >= 0) & ~idle])
         k = np.searchsorted(fed, ends, side="left") - 1
+        # (none fed in the window: each span's hand-back is the first after its start)
         after = np.where((k >= 0) & (fed[np.maximum(k, 0)] > starts),
-                         fed[np.maximum(k, 0)], starts)
+                         fed[np.maximum(k, 0)], starts) if len(fed) else starts
         first = back[np.minimum(np.searchsorted(back, after, side="left"), len(back) - 1)]
         ends = np.where(handed, np.where((first > after) & (first <= last), first, last), ends)
     keep = ends > starts

@@ -29,6 +29,9 @@ user would run them, one traced run each:
   grain-dataset-api  grain-ahead in Grain's dataset API (MapDataset ...
                   to_iter_dataset().mp_prefetch(), 2 worker processes)
   grain-cold-20MB/s  2 workers, cold, the storage throttled to 20 MB/s
+  ray-data        Ray Data: read_binary_files, a numpy decode in map_batches,
+                  iter_batches(8) on Ray's 2 worker CPUs; 20 ms steps
+  ray-data-ahead  the same without decode work, 50 ms sleeps as the steps
   dlio-rt0        DLIO, read_threads 0 (the loop loads), 0.05 s compute
   dlio-no-compute DLIO, no compute, cached, one epoch of 512 steps (2048 files
                   of 256 KiB): its headline AU is 0 by its own definition;
@@ -250,6 +253,18 @@ class Bench:
             return self.grain("--workers", "2", "--prep", "1", "--epochs", "1", prefix=prefix,
                               data=d)
 
+    def ray(self, *args):
+        need("ray")
+        d = self.data("ray", [PY, str(WORKLOADS / "ray_train.py"), "--make", "512"])
+        own, v = self.script("ray_train.py", d, *args)
+        return own, v["accelerator_utilization"], v
+
+    def ray_data(self):
+        return self.ray()
+
+    def ray_ahead(self):
+        return self.ray("--prep", "0", "--compute", "0.05", "--compute-kind", "sleep")
+
     def dlio_data(self, *shape) -> Path:
         """DLIO's data set (tests/dlio: 64 files of 2 MiB), or one of another
         shape (overrides of num_files_train and record_length)."""
@@ -321,7 +336,8 @@ PIPELINES = {"tf-cnn": Bench.tf_cnn, "tf-sleep-50ms": Bench.tf_sleep_50ms,
              "s3-throttled": Bench.s3_throttled, "grain-w2": Bench.grain_w2,
              "grain-w0": Bench.grain_w0, "grain-ahead": Bench.grain_ahead,
              "grain-dataset-api": Bench.grain_dataset_api,
-             "grain-cold-20MB/s": Bench.grain_cold, "dlio-rt0": Bench.dlio_rt0,
+             "grain-cold-20MB/s": Bench.grain_cold, "ray-data": Bench.ray_data,
+             "ray-data-ahead": Bench.ray_ahead, "dlio-rt0": Bench.dlio_rt0,
              "dlio-no-compute": Bench.dlio_no_compute, "dlio-24MiB-batches": Bench.dlio_big_batches,
              "dlio-cold-0.2s": Bench.dlio_cold}
 

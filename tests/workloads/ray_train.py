@@ -1,0 +1,111 @@
+"""A Ray Data input pipeline as its users write it, feeding a training loop
+that times its own waits for data (perf_counter around next(), the MLPerf
+Storage definition).
+
+    ray_train.py DATA_DIR OUT_JSON [--cpus N] [--compute S]
+                 [--compute-kind busy|sleep] [--prep N] [--batch N] [--epochs N]
+    ray_train.py DATA_DIR --make N      # N sample files of 256 KiB
+
+Pipeline: ray.data.read_binary_files over the sample files, map_batches
+that decodes each record (--prep rounds of numpy work: a 256x256 float32
+matrix product each), then iter_batches(batch_size=--batch) in the loop.
+Ray runs the reads and the decode as tasks in its own worker processes
+(--cpus of them: ray.init(num_cpus=...)); the batches come to the loop's
+process through Ray's shared-memory object store, and a thread of the
+loop's process fetches and formats them ahead of the loop. The loop's step
+is --compute seconds of numpy work (busy) or of sleep. Ground truth in
+OUT_JSON: per step the wait and its span on CLOCK_MONOTONIC, the loop's
+window (the first next() to the last step's end; end_ns: that end on
+CLOCK_MONOTONIC), its thread id and pid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE = 256 << 10
+
+
+def make_decode(rounds: int):
+    def decode(batch: dict) -> dict:
+        out = []
+        for raw in batch["bytes"]:
+            a = np.frombuffer(raw, np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
+            a = a / 255.0
+            for _ in range(rounds):
+                a = np.tanh(a @ a.T / 256.0)
+            out.append(a)
+        return {"x": np.stack(out)}
+    return decode
+
+
+def busy(seconds: float, m: np.ndarray) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        m = np.tanh(m @ m / 128.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--make", type=int, metavar="N")
+    ap.add_argument("--cpus", type=int, default=2, help="Ray's worker CPUs (ray.init num_cpus)")
+    ap.add_argument("--compute", type=float, default=0.02)
+    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
+    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a record")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=2)
+    a = ap.parse_args()
+    if a.make:
+        d = Path(a.data)
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(a.make):
+            (d / f"sample_{i:05d}.bin").write_bytes(os.urandom(SAMPLE))
+        return
+
+    import ray
+    ray.init(num_cpus=a.cpus, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    paths = sorted(str(p) for p in Path(a.data).glob("sample_*.bin"))
+    ds = (ray.data.read_binary_files(paths)
+          .map_batches(make_decode(a.prep), batch_size=a.batch))
+    m = np.random.default_rng(0).random((128, 128), dtype=np.float32)
+    waits, spans = [], []
+    start = end = end_ns = None
+    for _ in range(a.epochs):
+        it = iter(ds.iter_batches(batch_size=a.batch, batch_format="numpy", drop_last=True))
+        if start is None:
+            start = time.perf_counter()
+        while True:
+            t, t_ns = time.perf_counter(), time.monotonic_ns()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            waits.append(time.perf_counter() - t)
+            spans.append((t_ns, time.monotonic_ns()))
+            assert batch["x"].shape == (a.batch, 256, 256)
+            if a.compute_kind == "sleep":
+                time.sleep(a.compute)
+            else:
+                busy(a.compute, m)
+            end, end_ns = time.perf_counter(), time.monotonic_ns()
+    window = end - start
+    Path(a.out).write_text(json.dumps({
+        "wait_s": waits, "loop_window_s": window, "au": 1 - sum(waits) / window,
+        "wait_spans_ns": spans, "steps": len(waits), "end_ns": end_ns,
+        "tid": threading.get_native_id(), "pid": os.getpid()}))
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
