@@ -967,7 +967,12 @@ def _batches(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int) -> int
     rest = eps[1:]
     if not len(rest):
         return 1
-    lives = [iv for t in producers for iv in tl.alive(t).tolist()]
+    # worker processes live and exit as their main threads do: a Ray worker
+    # starts and ends hundreds of short threads, whose exits were each taken
+    # for an epoch's end (1 batch counted for 128 steps)
+    leaders = {int(r[0]) for r in tl.con.execute(
+        "select tid from threads where tid = pid").fetchall()} & {int(t) for t in producers}
+    lives = [iv for t in (leaders or producers) for iv in tl.alive(t).tolist()]
     exits = np.array(sorted({b for _, b in lives if s0 < b <= hi}), dtype=np.int64)
     ends = [i for i, (a, b) in enumerate(rest.tolist())
             if len(exits) and ((exits >= a) & (exits <= b)).any()]
