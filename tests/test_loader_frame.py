@@ -218,7 +218,7 @@ def test_ray_data_iter_batches(tmp_path, ray_files, args):
     been compute: AU 94% against 64%). The loop's waits are placed by its
     samples alone (no wake-up of the loop comes from another process), to a
     sampling interval each: 11 runs here read -2.2 to +3.0 points from the
-    loop's own AU (+1.7 on average), so the bound is 4 points."""
+    loop's own AU (+1.5 on average), so the bound is 4 points."""
     truth, v = run(tmp_path, "ray_train.py", ray_files, *args)
     check_au(truth, v, points=0.04)
     assert [lp["how"] for lp in v["loops"]] == ["worker-processes"], v["loops"]
