@@ -283,6 +283,16 @@ def attempts(con, tid: int, frame: LoaderFrame) -> tuple[np.ndarray, np.ndarray]
     return ts, inside
 
 
+def _samples_in(ts: np.ndarray, inside: np.ndarray,
+                iv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each interval of iv: the loop's samples in it, and how many of
+    them are in the frame."""
+    a = np.searchsorted(ts, iv[:, 0], side="left")
+    b = np.searchsorted(ts, iv[:, 1], side="right")
+    n_in = np.concatenate(([0], np.cumsum(inside)))
+    return b - a, n_in[b] - n_in[a]
+
+
 def waits_in_frame(known: np.ndarray, samples: tuple[np.ndarray, np.ndarray],
                    looping: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
     """The kernel's waits of the loop (`known`) less those its samples show
@@ -306,10 +316,7 @@ def waits_in_frame(known: np.ndarray, samples: tuple[np.ndarray, np.ndarray],
     ts, inside = samples
     if not len(known) or not len(ts):
         return known
-    a = np.searchsorted(ts, known[:, 0], side="left")
-    b = np.searchsorted(ts, known[:, 1], side="right")
-    n_in = np.concatenate(([0], np.cumsum(inside)))
-    sampled, in_frame = b - a, n_in[b] - n_in[a]
+    sampled, in_frame = _samples_in(ts, inside, known)
     keep = (sampled == 0) | (2 * in_frame >= sampled)
     first = int(np.argmax(inside)) if inside.any() else len(ts)
     if first > 0:
@@ -405,10 +412,7 @@ def _sleeps_outside(ts: np.ndarray, inside: np.ndarray, sleeps: np.ndarray) -> n
     hit = ivl.covered(sleeps, ts)
     if hit.sum() < 3:
         return ivl.EMPTY.copy()
-    a = np.searchsorted(ts, sleeps[:, 0], side="left")
-    b = np.searchsorted(ts, sleeps[:, 1], side="right")
-    n_in = np.concatenate(([0], np.cumsum(inside)))
-    sampled, in_frame = b - a, n_in[b] - n_in[a]
+    sampled, in_frame = _samples_in(ts, inside, sleeps)
     out = np.full(len(sleeps), inside[hit].mean() < 0.5)
     has = sampled > 0
     out[has] = 2 * in_frame[has] < sampled[has]

@@ -370,6 +370,7 @@ class Timelines:
         self._rows: dict[int, int] = {}        # in load order
         self._net: Optional[dict[tuple[int, bool], np.ndarray]] = None
         self._life: Optional[dict[int, list]] = None
+        self._leaders: Optional[set[int]] = None
 
     def load(self, tids) -> None:
         want = {int(t) for t in tids}
@@ -457,6 +458,13 @@ class Timelines:
         life = self._life.get(int(tid))
         return ivl.union(np.array(life, dtype=np.int64)) if life else ivl.as_iv(
             np.zeros(1, dtype=np.int64), np.full(1, np.iinfo(np.int64).max))
+
+    def leaders(self) -> set[int]:
+        """The threads that are their process's main thread (tid = pid)."""
+        if self._leaders is None:
+            self._leaders = {int(r[0]) for r in self.con.execute(
+                "select tid from threads where tid = pid").fetchall()}
+        return self._leaders
 
     def drop(self, tids) -> None:
         for t in tids:
@@ -970,8 +978,7 @@ def _batches(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int) -> int
     # worker processes live and exit as their main threads do: a Ray worker
     # starts and ends hundreds of short threads, whose exits were each taken
     # for an epoch's end (1 batch counted for 128 steps)
-    leaders = {int(r[0]) for r in tl.con.execute(
-        "select tid from threads where tid = pid").fetchall()} & {int(t) for t in producers}
+    leaders = tl.leaders() & {int(t) for t in producers}
     lives = [iv for t in (leaders or producers) for iv in tl.alive(t).tolist()]
     exits = np.array(sorted({b for _, b in lives if s0 < b <= hi}), dtype=np.int64)
     ends = [i for i, (a, b) in enumerate(rest.tolist())
@@ -1034,8 +1041,7 @@ def _restarts(tl: Timelines, producers, eps: np.ndarray, s0: int, hi: int,
         ends = eps[eps[:, 1] > start, 1]
         if len(ends):
             out.append((start, int(ends[0])))
-    leaders = {int(r[0]) for r in tl.con.execute(
-        "select tid from threads where tid = pid").fetchall()} & set(lives)
+    leaders = tl.leaders() & set(lives)
     got = []
     for a, b in out:
         win = np.array([[a, b]], dtype=np.int64)
