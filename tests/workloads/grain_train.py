@@ -22,15 +22,11 @@ step's end; end_ns: that end on CLOCK_MONOTONIC), its thread id and pid.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
-SAMPLE = 256 << 10
+import timed_loop
 
 
 class Files:
@@ -61,12 +57,6 @@ def make_decode(rounds: int):
     return Decode()
 
 
-def busy(seconds: float, m: np.ndarray) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        m = np.tanh(m @ m / 128.0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data")
@@ -83,10 +73,7 @@ def main() -> None:
                          "to_iter_dataset().mp_prefetch())")
     a = ap.parse_args()
     if a.make:
-        d = Path(a.data)
-        d.mkdir(parents=True, exist_ok=True)
-        for i in range(a.make):
-            (d / f"sample_{i:05d}.bin").write_bytes(os.urandom(SAMPLE))
+        timed_loop.make_samples(a.data, a.make)
         return
 
     import grain.python as grain
@@ -104,31 +91,10 @@ def main() -> None:
                   .to_iter_dataset())
         if a.workers:
             loader = loader.mp_prefetch(grain.MultiprocessingOptions(num_workers=a.workers))
-    m = np.random.default_rng(0).random((128, 128), dtype=np.float32)
-    waits, spans = [], []
-    it = iter(loader)
-    start = time.perf_counter()
-    while True:
-        t, t_ns = time.perf_counter(), time.monotonic_ns()
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        waits.append(time.perf_counter() - t)
-        spans.append((t_ns, time.monotonic_ns()))
+    def check(batch) -> None:
         assert batch.shape == (a.batch, 256, 256)
-        if a.compute_kind == "sleep":
-            time.sleep(a.compute)
-        else:
-            busy(a.compute, m)
-        end, end_ns = time.perf_counter(), time.monotonic_ns()
-    window = end - start
-    # the last next() raised StopIteration: not a step, and not in the window
-    Path(a.out).write_text(json.dumps({
-        "wait_s": waits, "loop_window_s": window, "au": 1 - sum(waits) / window,
-        "wait_spans_ns": spans, "steps": len(waits), "end_ns": end_ns,
-        "tid": threading.get_native_id(), "pid": os.getpid()}))
 
+    timed_loop.run([loader], a.out, a.compute, a.compute_kind, check)
 
 if __name__ == "__main__":
     main()

@@ -21,15 +21,11 @@ CLOCK_MONOTONIC), its thread id and pid.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
-SAMPLE = 256 << 10
+import timed_loop
 
 
 def make_decode(rounds: int):
@@ -45,12 +41,6 @@ def make_decode(rounds: int):
     return decode
 
 
-def busy(seconds: float, m: np.ndarray) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        m = np.tanh(m @ m / 128.0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data")
@@ -64,10 +54,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     a = ap.parse_args()
     if a.make:
-        d = Path(a.data)
-        d.mkdir(parents=True, exist_ok=True)
-        for i in range(a.make):
-            (d / f"sample_{i:05d}.bin").write_bytes(os.urandom(SAMPLE))
+        timed_loop.make_samples(a.data, a.make)
         return
 
     import ray
@@ -78,32 +65,12 @@ def main() -> None:
     paths = sorted(str(p) for p in Path(a.data).glob("sample_*.bin"))
     ds = (ray.data.read_binary_files(paths)
           .map_batches(make_decode(a.prep), batch_size=a.batch))
-    m = np.random.default_rng(0).random((128, 128), dtype=np.float32)
-    waits, spans = [], []
-    start = end = end_ns = None
-    for _ in range(a.epochs):
-        it = iter(ds.iter_batches(batch_size=a.batch, batch_format="numpy", drop_last=True))
-        if start is None:
-            start = time.perf_counter()
-        while True:
-            t, t_ns = time.perf_counter(), time.monotonic_ns()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            waits.append(time.perf_counter() - t)
-            spans.append((t_ns, time.monotonic_ns()))
-            assert batch["x"].shape == (a.batch, 256, 256)
-            if a.compute_kind == "sleep":
-                time.sleep(a.compute)
-            else:
-                busy(a.compute, m)
-            end, end_ns = time.perf_counter(), time.monotonic_ns()
-    window = end - start
-    Path(a.out).write_text(json.dumps({
-        "wait_s": waits, "loop_window_s": window, "au": 1 - sum(waits) / window,
-        "wait_spans_ns": spans, "steps": len(waits), "end_ns": end_ns,
-        "tid": threading.get_native_id(), "pid": os.getpid()}))
+
+    def check(batch) -> None:
+        assert batch["x"].shape == (a.batch, 256, 256)
+
+    timed_loop.run((ds.iter_batches(batch_size=a.batch, batch_format="numpy", drop_last=True)
+                    for _ in range(a.epochs)), a.out, a.compute, a.compute_kind, check)
     ray.shutdown()
 
 
