@@ -33,9 +33,11 @@ def test_timer_wake_is_not_the_interrupted_thread(tmp_path, irq_wake):
           and o.ts_ns >= s.ts_ns and o.ts_ns < s.ts_ns + s.dur_ns
         where o.op = 'offcpu' and o.tid = ? and o.flags != 0
         group by all""", sleeper))
-    # each of the N sleeps blocked, but for one whose timer expired while the
-    # sleeper was preempted after arming it (runnable: no wake-up to name;
-    # 1 of 200 in a full-suite run): its only off-CPU interval is that one
+    # each of the N sleeps blocked, but for a few whose timer expired before the
+    # sleeper could block: while it was preempted after arming the timer (its only
+    # off-CPU interval is that one: runnable, no wake-up to name; 1 of 200 in a
+    # full-suite run), or before it reached schedule() at all (no off-CPU interval;
+    # seen once under QEMU's emulation, whose guest can stall for milliseconds)
     per_sleep = rows(trace, """
         select s.ts_ns, count(o.ts_ns) filter (where o.flags != 0),
                count(o.ts_ns) filter (where o.flags = 0)
@@ -43,10 +45,9 @@ def test_timer_wake_is_not_the_interrupted_thread(tmp_path, irq_wake):
           and o.ts_ns >= s.ts_ns and o.ts_ns < s.ts_ns + s.dur_ns
         where s.op = 'clock_nanosleep' and s.tid = ? group by all""", sleeper)
     assert len(per_sleep) == N, (len(per_sleep), trace.meta.get("counters"))
-    preempted = sum(1 for _, b, p in per_sleep if b == 0 and p > 0)
-    assert all(b + p > 0 for _, b, p in per_sleep), (per_sleep, trace.meta.get("counters"))
-    assert preempted <= 0.02 * N, per_sleep
-    assert sum(got.values()) >= N - preempted, got
+    unblocked = [(ts, b, p) for ts, b, p in per_sleep if b == 0]
+    assert len(unblocked) <= 0.02 * N, (unblocked, trace.meta.get("counters"))
+    assert sum(got.values()) >= N - len(unblocked), got
     assert not any(w == spinner for w, _ in got), got         # it never woke the sleeper
     assert got.get((0, True), 0) >= 0.95 * N, got             # the timer's interrupt did
     # a wake-up a task made is still that task's: the sleeper's join of the spinner
