@@ -103,7 +103,7 @@ def test_shared_memory_freed_after_its_munmap(tmp_path):
     record, of that munmap (its op, its address), beginning at or after its
     return and ending where the program's own clock around the unmap ends
     (within 0.5 ms or 5% of it: the return to Python, 1.3 ms of 35 under
-    emulation on 6.1), holding most of that time; and
+    emulation on 6.1), holding most of the time after the call's return; and
     none was left untimed (glibc registers every thread's rseq area)."""
     import json
     from iotrace.abi import OP
@@ -128,4 +128,7 @@ def test_shared_memory_freed_after_its_munmap(tmp_path):
         assert munmap[0][0] + munmap[0][1] <= ts, (munmap, ts)
         took = t["after_ns"] - t["before_ns"]
         assert 0 <= t["after_ns"] - (ts + dur) < max(500_000, 0.05 * took), (t, ts, dur)
-        assert dur > 0.5 * took, (t, dur)
+        # most of the time from the call's return to the program's clock is the
+        # release (not of the round: QEMU's emulation once stalled the thread 40 ms
+        # before the release began, half a 76 ms round)
+        assert dur > 0.5 * (t["after_ns"] - munmap[0][0] - munmap[0][1]), (t, munmap, ts, dur)
