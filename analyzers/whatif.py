@@ -9,13 +9,14 @@ collating; for a loop that loads itself, none: its loading is the producer);
 each producer's time per batch fetching f (in storage reads or object GETs,
 the client's backoff included; f_cpu of it on CPU), preparing on CPU r and
 handing over x;
+the job's other threads' time on CPU o (a runtime's executor and daemons);
 P producers (the ones that fetched or prepared); K usable CPUs (the job's
 affinity and cgroup quota, meta.json `machine`); and, where the producers
 fetched most of their busy time, the storage's rate as measured, a ceiling
 shared by all of them. Batches come at the rate of the slowest stage:
 
     producers   P / (f + r + x)             each producer turns out a batch
-    CPU         K / (r + x + s + c_cpu + f_cpu)  the CPU time a step needs, on K CPUs
+    CPU         K / (r + x + s + c_cpu + f_cpu + o)  the CPU time a step needs, on K CPUs
     storage     R / b                       R the storage's rate, b bytes a batch
     the loop    1 / (c + s)                 it cannot go faster than its steps
 
@@ -87,6 +88,10 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         "fetch_cpu_s": sum(p.get("fetch_cpu", 0.0) for p in prods) / n,
         "prep_cpu_s": tot["cpu"] / n,
         "transfer_s": tot["transfer"] / n,
+        # the job's other threads on CPU, a batch (a runtime's executor and
+        # daemons, a framework's compute threads): CPU the pipeline shares
+        # (at most what the measured run left of its CPUs: spare_cpu)
+        "other_cpu_s": pipe.get("other_cpu_s", 0.0) / n,
         "cpus": usable_cpus(machine),
         "bytes_per_step": bytes_read / n if bytes_read else None,
         "storage_bytes_per_s": None,
@@ -109,6 +114,7 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
         "spawn_s": _median([r["spawn_s"] for r in pipe.get("restarts") or []
                             if r.get("spawn_s") is not None]),
     }
+    inp["other_cpu_s"] = spare_cpu(inp)
     # each batch is made by one producer: the producers' summed busy time
     # over the batches is what one batch costs one producer (their time
     # blocked otherwise, waiting for room or work, and runnable, waiting for
@@ -130,6 +136,23 @@ def fit(pipe: dict, machine: Optional[dict], bytes_read: Optional[float]) -> dic
 # a producer's busy time: working, fetching, backing off, handing over,
 # waiting for a CPU
 BUSY = ("cpu", "fetch", "backoff", "transfer", "starved")
+
+
+def spare_cpu(inp: dict) -> float:
+    """The job's other threads' CPU a batch, as far as the measured run's CPUs
+    had room for it beside the pipeline's: K CPUs do at most K x step of work
+    a step. Beyond that the other threads ran on CPUs the pipeline did not
+    want, work that yields to it (a framework's op threads spinning while
+    they wait for work: TensorFlow's, 0.38 s a 0.37 s step beside 0.41 s of
+    the loop's and tf.data's, on 2 CPUs), or the pipeline's own CPU is
+    counted high: neither is a demand that slows the CPUs' stage. Without
+    the CPU count, as measured."""
+    o = inp["other_cpu_s"]
+    if not inp["cpus"] or o <= 0:
+        return o
+    rest = inp["prep_cpu_s"] + inp["transfer_s"] + inp["loop_serial_s"] \
+        + inp["compute_cpu_s"] + inp["fetch_cpu_s"]
+    return min(o, max(inp["cpus"] * inp["step_s"] - rest, 0.0))
 
 
 def active_producers(pipe: dict) -> list[dict]:
@@ -184,7 +207,7 @@ def _rates(m: dict) -> dict:
         out = {"the loop's compute": 1 / (c + s) if c + s > 0 else inf,
                "producers": (m["producers"] / ((f + r + x) * m.get("imbalance", 1.0)))
                if m["producers"] and f + r + x > 0 else inf}
-    cpu = r + x + s + m["compute_cpu_s"] + m.get("fetch_cpu_s", 0.0)
+    cpu = r + x + s + m["compute_cpu_s"] + m.get("fetch_cpu_s", 0.0) + m.get("other_cpu_s", 0.0)
     if m["cpus"] and cpu > 0:
         out["CPU"] = m["cpus"] / cpu
     if m["storage_bytes_per_s"] and m["bytes_per_step"]:
@@ -232,9 +255,14 @@ def _epochs_extra(base: dict, m: dict) -> float:
     slots = math.inf
     if m["storage_bytes_per_s"] and m["bytes_per_step"] and f > 0:
         slots = m["storage_bytes_per_s"] * f / m["bytes_per_step"]
+    # the CPUs left to the pipeline by the job's other threads (their share
+    # of the CPU time a step needs)
+    need = cpu + m["loop_serial_s"] + m["compute_cpu_s"]
+    other = m.get("other_cpu_s", 0.0)
+    cpus = m["cpus"] * need / (need + other) if m["cpus"] and need > 0 else m["cpus"]
     pipe = epoch_sim.Pipeline(producers=max(int(round(m["producers"])), 1), fetch_s=f,
                               cpu_s=cpu, loop_s=m["compute_s"] + m["loop_serial_s"],
-                              cpus=m["cpus"] or math.inf, fetch_slots=slots)
+                              cpus=cpus or math.inf, fetch_slots=slots)
     n = min(EPOCH_SIM, round((base["steps"] + 1) / (restarts + 1)))
     # an epoch's batches are known to one or so (a wait split in two, an
     # epoch's last call to next() that waited), and where they do not divide

@@ -48,6 +48,10 @@ processes, one per CPU of a 2-CPU machine). Needs root and the test
 extras (make test installs them); a pipeline whose framework is missing is
 listed as skipped, with why.
 
+Beside each, `fit`: how well the what-if model (`iotrace whatif`) explains
+the same trace, the measured step over the model's (its `calibration`:
+beyond 0.75-1.25 its predictions are marked rough).
+
 The table is printed and, for a run of all pipelines, written to
 bench/results/verdict-accuracy[-neighbour]-latest.txt.
 
@@ -128,7 +132,10 @@ def traced(trace: Path, cmd: list, rate: int, env=None) -> dict:
                            f"{p.stderr[-600:]}")
     r = subprocess.run([PY, "-m", "iotrace", "report", str(trace), "--format", "json"],
                        capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)["verdict"]
+    rep = json.loads(r.stdout)
+    # the what-if model's fit: the measured step over the model's
+    base = (rep.get("whatif") or {}).get("baseline") or {}
+    return {**rep["verdict"], "_model_fit": base.get("calibration")}
 
 
 def own_json(path: Path) -> float:
@@ -385,14 +392,16 @@ def main() -> int:
                 with neighbour(args.neighbour):
                     own, ours, v = PIPELINES[n](bench)
             except Skip as e:
-                rows.append((n, None, None, f"skipped: {e}"))
+                rows.append((n, None, None, f"skipped: {e}", ""))
                 continue
             loop = (v.get("loops") or [{}])[0]
             top = max(v["stall"], key=v["stall"].get) if v.get("stall") else "-"
             ok = abs(ours - own) <= POINTS
             off += not ok
+            fit = v.get("_model_fit")
             rows.append((n, own, ours, f"{v['status']}, {top}, {loop.get('how', '-')}, "
-                         f"{time.monotonic() - t0:.0f} s{'' if ok else '  OFF'}"))
+                         f"{time.monotonic() - t0:.0f} s{'' if ok else '  OFF'}",
+                         f"{fit:.2f}" if fit else "-"))
     finally:
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
@@ -402,16 +411,18 @@ def main() -> int:
                 .splitlines() if ln.startswith("model name")), "unknown CPU")
     out = [f"iotrace verdict accuracy  {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
            f"kernel {platform.release()}, {cpu}, {os.cpu_count()} CPUs", "",
-           f"{'pipeline':<16} {'own AU':>7} {'iotrace':>8} {'points':>7}  status, top stall, "
-           "loop, run time"]
-    for n, own, ours, note in rows:
+           f"{'pipeline':<18} {'own AU':>7} {'iotrace':>8} {'points':>7} {'fit':>5}  status, "
+           "top stall, loop, run time"]
+    for n, own, ours, note, fit in rows:
         if own is None:
-            out.append(f"{n:<16} {'':>7} {'':>8} {'':>7}  {note}")
+            out.append(f"{n:<18} {'':>7} {'':>8} {'':>7} {'':>5}  {note}")
         else:
-            out.append(f"{n:<16} {own:>7.1%} {ours:>8.1%} {100 * (ours - own):>+7.1f}  {note}")
+            out.append(f"{n:<18} {own:>7.1%} {ours:>8.1%} {100 * (ours - own):>+7.1f} "
+                       f"{fit:>5}  {note}")
     out.append(f"({'beside a CPU-bound neighbour, ' if args.neighbour else ''}{args.rate} Hz "
                f"stacks; one run each; OFF: more than {POINTS * 100:.0f} points from the "
-               "pipeline's own clock)")
+               "pipeline's own clock; fit: the what-if model's, the measured step over the "
+               "model's, rough beyond 0.75-1.25)")
     print("\n".join(out))
     if not args.only:
         f = ROOT / "bench" / "results" / \

@@ -21,7 +21,9 @@ def baseline_sentences(w: dict) -> list[str]:
            + (f" ({inp['backoff_s'] * 1e3:.1f} ms of it backing off after refused requests)"
               if inp.get("backoff_s") else "")
            + f", prep {inp['prep_cpu_s'] * 1e3:.1f} ms of CPU, hand-over "
-           f"{inp['transfer_s'] * 1e3:.1f} ms."]
+           f"{inp['transfer_s'] * 1e3:.1f} ms"
+           + (f"; the job's other threads {inp['other_cpu_s'] * 1e3:.1f} ms of CPU a batch"
+              if inp.get("other_cpu_s", 0) >= 5e-4 else "") + "."]
     if (inp.get("imbalance") or 1.0) >= 1.05:
         out.append(f"The busiest producer was busy {inp['imbalance']:.2f} times their mean: the "
                    f"loader takes its batches from its workers in turn, so a worker backing off "

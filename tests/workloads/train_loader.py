@@ -3,6 +3,7 @@
     train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|hf|plain] [--workers N]
                     [--compute S] [--compute-kind cpu|sleep] [--prep S]
                     [--pin-memory] [--epochs N] [--persistent-workers] [--batch N]
+                    [--side-cpu SECONDS]
 
 DATA_DIR holds sample_*.bin files (one sample each, read whole). The loop
 trains a small torch model (or sleeps, with --compute-kind sleep) for
@@ -20,7 +21,9 @@ its own CPU per sample (a stand-in for decoding). Loaders:
            --make-s3 from DATA_DIR's files, untraced)
 Ground truth in OUT_JSON: per step, the time the loop waited for its next
 batch (perf_counter around next()), the compute time, and the window from
-the first request for data to the end of the last step.
+the first request for data to the end of the last step. With --side-cpu, a
+side process (side_cpu.py) works SECONDS of CPU for each batch the loop
+takes, its CPU clock in OUT_JSON.side.json.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -224,6 +229,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--read-size", type=int, default=0,
                     help="bytes a read() call of a sample (default: the whole file in one)")
+    ap.add_argument("--side-cpu", type=float, default=0.0,
+                    help="a side process works this many seconds of CPU for each batch the "
+                         "loop takes (side_cpu.py)")
     args = ap.parse_args()
     READ_SIZE[0] = args.read_size
     torch.set_num_threads(1)
@@ -242,6 +250,9 @@ def main() -> None:
         # (a fork of this process, 100 ms and more on a loaded machine) was a
         # wait by the loop's clock, outside the loader's next() for iotrace
         POOL.append(mp.get_context("fork").Pool(max(args.workers, 1)))
+    side = subprocess.Popen([sys.executable, str(Path(__file__).with_name("side_cpu.py")),
+                             str(args.side_cpu), args.out + ".side.json"],
+                            stdin=subprocess.PIPE) if args.side_cpu > 0 else None
     waits, computes, epoch_waits = [], [], []
     first_request = None
     t_start = time.perf_counter()
@@ -258,6 +269,9 @@ def main() -> None:
             except StopIteration:
                 break
             t1 = time.perf_counter()
+            if side is not None:
+                side.stdin.write(b"x")
+                side.stdin.flush()
             if args.compute_kind == "sleep":
                 time.sleep(args.compute)
             else:
@@ -271,6 +285,9 @@ def main() -> None:
             computes.append(time.perf_counter() - t1)
         del it
     t_end_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    if side is not None:
+        side.stdin.close()
+        side.wait()
     Path(args.out).write_text(json.dumps({
         "pid": os.getpid(), "tid": threading.get_native_id(),
         "steps": len(waits), "wait_s": waits, "compute_s": computes,
