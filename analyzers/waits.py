@@ -566,18 +566,27 @@ def _episodes(tl: Timelines, loop: Loop, lo: int, hi: int, th: dict) -> np.ndarr
     return ivl.clip(core, lo, hi)
 
 
-def _without_shutdown(con, lp: Loop, eps: np.ndarray) -> np.ndarray:
-    """A worker-processes loop's waits less those in which every worker process
-    alive at the wait's start exited, none alive at its end: the loader joining
-    its workers once the data ran out, not a wait for a batch (no batch comes
-    from a process that exits). Grain's DataLoader does it in the next() that
-    ends the data (0.5 s of a 6.6 s loop that its own clock leaves out, as it
-    leaves the StopIteration out); PyTorch's _shutdown_workers, which the
-    loader frame also leaves out where the job's stacks show it. Waits after
-    such a join that begin with no worker alive go too (a last wake-up 3 ms
-    after it had kept the loop's end, and the join, in the window). Where the
-    last waits go, lp.end_ns is set to the first one's start: the loop's steps
-    ended there (its stacks, read later, can only make it earlier)."""
+def _without_shutdown(con, lp: Loop, eps: np.ndarray, joins: np.ndarray) -> np.ndarray:
+    """A worker-processes loop's waits less the loader joining its workers
+    once the data ran out: not a wait for a batch (no batch comes from a
+    process that exits), and left out by the loop's own clock, which leaves
+    the StopIteration out. A join is a run of consecutive waits, each with an
+    exit of a worker process alive at its start, at whose end none is alive:
+    one wait where the workers exit together (Grain's DataLoader in the
+    next() that ends the data, 0.5 s of a 6.6 s loop; PyTorch's
+    _shutdown_workers, which the loader frame also leaves out where the
+    job's stacks show it), or one as each exits where the loader joins them
+    in turn. Waits after a join that begin with no worker alive go too (a
+    last wake-up 3 ms after it had kept the loop's end, and the join, in
+    the window). So do the last waits, each with a worker's exit, where none
+    starts after them, though one is still alive at their end (Grain's last
+    next() woken as the first of its 2 workers exited, 454 ms in; the other
+    exited 69 ms after that wait, then the call returned). Where the last
+    waits go, lp.end_ns is set to the first one's start: the loop's steps
+    ended there (its stacks, read later, can only make it earlier); and so
+    where the loop, after its last wait, was woken by a worker's exit
+    (joins: _exit_wakes), none starting after: at the first such wake-up's
+    wait."""
     if not len(eps) or not lp.producers:
         return eps
     # each worker process's life: its first thread's start (or -1: before
@@ -591,19 +600,51 @@ def _without_shutdown(con, lp: Loop, eps: np.ndarray) -> np.ndarray:
     start, end = np.asarray(life["s"], dtype=np.int64), np.asarray(life["e"], dtype=np.int64)
     if not len(start):
         return eps
+    s, e = eps[:, :1], eps[:, 1:]
+    alive_s = ((start <= s) & (end > s)).any(axis=1)
+    alive_e = ((start <= e) & (end > e)).any(axis=1)
+    # a worker alive at the wait's start exits in it
+    exits = ((start <= s) & (end > s) & (end <= e)).any(axis=1)
     keep = np.ones(len(eps), dtype=bool)
     joined = False
-    for i, (s, e) in enumerate(eps):
-        alive_at_s = (start <= s) & (end > s)
-        alive_at_e = (start <= e) & (end > e)
-        if alive_at_s.any() and (end[alive_at_s] <= e).all() and not alive_at_e.any():
-            keep[i], joined = False, True
-        elif joined and not alive_at_s.any():
+    i = 0
+    while i < len(eps):
+        j = i
+        while exits[j] and alive_e[j] and j + 1 < len(eps) and exits[j + 1]:
+            j += 1
+        if exits[i] and not alive_e[j]:
+            keep[i:j + 1], joined = False, True
+        elif joined and not alive_s[i]:
             keep[i] = False         # after the join, with no worker left: no batch to wait for
+        i = j + 1 if not keep[i] else i + 1
+    for i in np.flatnonzero(keep)[::-1]:
+        if not (exits[i] and not (start > eps[i, 0]).any()):
+            break
+        keep[i] = False
     if not keep[-1]:            # the steps ended where the first of the last ones began
         kept = np.flatnonzero(keep)
         lp.end_ns = int(eps[kept[-1] + 1 if len(kept) else 0, 0])
+    # the loop woken by a worker's exit after its last wait, none starting
+    # after: the loader joining its workers (p.join() in turn, 0.3 and 0.6 s
+    # after their last samples). The kernel's view leaves such wake-ups out
+    # of the waits; the time in the loader's frame would take them back in.
+    last = eps[np.flatnonzero(keep)[-1], 1] if keep.any() else np.iinfo(np.int64).min
+    later = joins[joins[:, 0] >= last] if len(joins) else joins
+    if len(later) and not (start > later[0, 0]).any():
+        lp.end_ns = int(later[0, 0]) if lp.end_ns is None else min(lp.end_ns, int(later[0, 0]))
     return eps[keep]
+
+
+def _exit_wakes(tl: Timelines, lp: Loop, lo: int, hi: int) -> np.ndarray:
+    """The loop's off-CPU intervals that a producer's exit ended (the loader
+    joining a worker), which _episodes leaves out of its waits."""
+    off = tl.offcpu(lp.tid, lo, hi)
+    side = set(lp.producers)
+    if not side or not len(off["ts_ns"]):
+        return ivl.EMPTY.copy()
+    woken = np.isin(off["waker"], list(side))
+    woken &= _exited(tl.con, side, off["waker"], off["ts_ns"] + off["wake"])
+    return ivl.as_iv(off["ts_ns"][woken], off["end_ns"][woken])
 
 
 def _with_releases(con, tid: int, core: np.ndarray, lo: int, hi: int, gap: int) -> np.ndarray:
@@ -1272,7 +1313,8 @@ def analyse(con, th: dict, t0: int, t1: int,
             continue
         lp.episodes = lp.kernel_waits = _episodes(tl, lp, t0, t1, th)
         if lp.how == "worker-processes" and len(lp.episodes):
-            lp.episodes = lp.kernel_waits = _without_shutdown(con, lp, lp.episodes)
+            lp.episodes = lp.kernel_waits = _without_shutdown(con, lp, lp.episodes,
+                                                              _exit_wakes(tl, lp, t0, t1))
         if stacks and lp.how != "checkpoint-only":
             _in_loader(con, tl, lp, t0, t1, th, loader_override)
         if lp.how == "worker-processes" and len(lp.episodes):

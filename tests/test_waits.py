@@ -183,6 +183,26 @@ def test_pool_loader_prep_bound(tmp_path, dataset):
     assert max(v["stall"], key=v["stall"].get) == "prep", v["stall"]
 
 
+def test_workers_joined_one_at_a_time(tmp_path, dataset):
+    """Worker processes of the loop's own, joined in turn in the call that ends
+    the data, the first 0.3 s after its last sample and the second 0.6 s:
+    the loop waits for each to exit, and no batch comes. That call is no
+    step (the loop's clock leaves its time out of the waits, as Grain's and
+    PyTorch's users' clocks leave the StopIteration out): iotrace's data
+    wait agrees with the loop's own, and its window ends where the loop's
+    steps did, not 0.6 s later (before, the joins were 0.32 s of data wait
+    against the loop's 0.07: AU 76% against 95%)."""
+    truth, v, _ = train(tmp_path, dataset, "--loader", "procs", "--workers", "2",
+                        "--prep", "0.01", "--compute", "0.1", "--compute-kind", "sleep",
+                        "--exit-stagger", "0.3")
+    assert v["loops"][0]["tid"] == truth["tid"], v["loops"]
+    assert v["loops"][0]["how"] == "worker-processes", v["loops"]
+    ours, theirs = v["time_budget_s"]["data_wait"], sum(truth["wait_s"])
+    assert abs(ours - theirs) <= max(0.05 * theirs, 0.005 * truth["steps"]), (ours, theirs)
+    assert v["time_budget_s"]["window"] == pytest.approx(truth["loop_window_s"], abs=0.03), \
+        (v["time_budget_s"], truth["loop_window_s"])
+
+
 @pytest.mark.parametrize("neighbour", [False, True], ids=["alone", "beside-a-cpu-bound-job"])
 def test_hf_dataset_read_through_memory_maps(tmp_path, dataset, neighbour, request):
     """A Hugging Face dataset behind a DataLoader: its workers read the Arrow

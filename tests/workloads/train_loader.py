@@ -1,9 +1,10 @@
 """A tiny training loop fed by a data loader, timing its own waits for data.
 
-    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|hf|plain] [--workers N]
+    train_loader.py DATA_DIR OUT_JSON [--loader torch|threads|pool|procs|hf|plain|s3]
+                    [--workers N]
                     [--compute S] [--compute-kind cpu|sleep] [--prep S]
                     [--pin-memory] [--epochs N] [--persistent-workers] [--batch N]
-                    [--side-cpu SECONDS]
+                    [--side-cpu SECONDS] [--exit-stagger S]
 
 DATA_DIR holds sample_*.bin files (one sample each, read whole). The loop
 trains a small torch model (or sleeps, with --compute-kind sleep) for
@@ -15,6 +16,10 @@ its own CPU per sample (a stand-in for decoding). Loaders:
            thread reads the workers' pipe and wakes the loop only when it waits)
   hf       a Hugging Face dataset (Arrow, memory-mapped: read by page faults)
            made from the samples by `--make-hf` (untraced), behind a DataLoader
+  procs    worker processes of its own (multiprocessing) put samples on a
+           queue; after the last, the loader joins them in turn, worker k
+           leaving (k + 1) x --exit-stagger seconds after its last sample
+           (a flush, a cleanup): the call that ends the data waits for them
   plain    the loop reads the files itself, in order
   s3       DataLoader workers GET the samples from an S3 endpoint with boto3
            (--endpoint URL --bucket B; keys sample_*.bin, put there by
@@ -187,6 +192,38 @@ def pool_batches(files, args):
         yield torch.stack(batch)
 
 
+def procs_worker(k: int, files: list, prep_s: float, q, stagger: float) -> None:
+    for f in files:
+        q.put(prep(read_sample(f), prep_s))
+    q.put(None)
+    time.sleep((k + 1) * stagger)       # its cleanup before it exits
+
+
+def procs_batches(files, args):
+    ctx = mp.get_context("fork")
+    q = ctx.Queue(maxsize=2 * args.batch)
+    n = max(args.workers, 1)
+    procs = [ctx.Process(target=procs_worker, args=(k, files[k::n], args.prep, q,
+                                                     args.exit_stagger))
+             for k in range(n)]
+    for p in procs:
+        p.start()
+    done, batch = 0, []
+    while done < n:
+        s = q.get()
+        if s is None:
+            done += 1
+            continue
+        batch.append(torch.from_numpy(s))
+        if len(batch) == args.batch:
+            yield torch.stack(batch)
+            batch = []
+    if batch:
+        yield torch.stack(batch)
+    for p in procs:             # in the call that ends the data: one at a time
+        p.join()
+
+
 def make_hf(data: str) -> None:
     import datasets
     files = sorted(str(p) for p in Path(data).glob("sample_*.bin"))
@@ -213,7 +250,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
     ap.add_argument("out")
-    ap.add_argument("--loader", default="torch", choices=("torch", "threads", "pool", "hf", "plain", "s3"))
+    ap.add_argument("--loader", default="torch",
+                    choices=("torch", "threads", "pool", "procs", "hf", "plain", "s3"))
     ap.add_argument("--endpoint", help="the S3 endpoint of --loader s3")
     ap.add_argument("--bucket", default="data")
     ap.add_argument("--make-s3", action="store_true", help="put DATA_DIR's samples in --bucket and exit")
@@ -229,6 +267,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--read-size", type=int, default=0,
                     help="bytes a read() call of a sample (default: the whole file in one)")
+    ap.add_argument("--exit-stagger", type=float, default=0.0,
+                    help="--loader procs: worker k exits (k + 1) x this many seconds after "
+                         "its last sample")
     ap.add_argument("--side-cpu", type=float, default=0.0,
                     help="a side process works this many seconds of CPU for each batch the "
                          "loop takes (side_cpu.py)")
@@ -244,6 +285,7 @@ def main() -> None:
     if args.make_s3:
         return make_s3(files, args)
     make = {"torch": torch_batches, "threads": thread_batches, "pool": pool_batches,
+            "procs": procs_batches,
             "hf": hf_batches, "plain": plain_batches, "s3": s3_batches}
     if args.loader == "pool":
         # before the loop's clock: made in its first next(), the pool's start
@@ -255,8 +297,8 @@ def main() -> None:
                             stdin=subprocess.PIPE) if args.side_cpu > 0 else None
     waits, computes, epoch_waits = [], [], []
     first_request = None
-    t_start = time.perf_counter()
-    t_start_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    t_start = t_end = time.perf_counter()
+    t_start_ns = t_end_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     for _ in range(args.epochs):
         epoch_waits.append(0.0)
         it = iter(make[args.loader](files, args))
@@ -283,8 +325,10 @@ def main() -> None:
             waits.append(t1 - t0)
             epoch_waits[-1] += t1 - t0
             computes.append(time.perf_counter() - t1)
+            # the window ends with the last step: the call that raises
+            # StopIteration (a loader joining its workers) is none
+            t_end, t_end_ns = time.perf_counter(), time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         del it
-    t_end_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     if side is not None:
         side.stdin.close()
         side.wait()
@@ -292,9 +336,10 @@ def main() -> None:
         "pid": os.getpid(), "tid": threading.get_native_id(),
         "steps": len(waits), "wait_s": waits, "compute_s": computes,
         "epoch_wait_s": epoch_waits,
-        "window_s": time.perf_counter() - t_start,
-        # from the first request for a batch (after the loader was made) to the end
-        "loop_window_s": time.perf_counter() - (first_request or t_start),
+        "window_s": t_end - t_start,
+        # from the first request for a batch (after the loader was made) to
+        # the end of the last step
+        "loop_window_s": t_end - (first_request or t_start),
         "start_ns": t_start_ns, "end_ns": t_end_ns}))
     for pool in POOL:       # after the loop's clock stopped
         pool.close()
