@@ -589,15 +589,7 @@ def _without_shutdown(con, lp: Loop, eps: np.ndarray, joins: np.ndarray) -> np.n
     wait."""
     if not len(eps) or not lp.producers:
         return eps
-    # each worker process's life: its first thread's start (or -1: before
-    # the trace) to its last thread's exit (or never)
-    life = con.execute(f"""
-        select coalesce(min(start_ns), -1) as s,
-               case when bool_or(exit_ns is null) then {np.iinfo(np.int64).max}
-                    else max(exit_ns) end as e
-        from threads where pid != {lp.pid} and pid in (select pid from threads
-              where tid in ({",".join(map(str, lp.producers))})) group by pid""").fetchnumpy()
-    start, end = np.asarray(life["s"], dtype=np.int64), np.asarray(life["e"], dtype=np.int64)
+    start, end = _worker_lives(con, lp)
     if not len(start):
         return eps
     s, e = eps[:, :1], eps[:, 1:]
@@ -633,6 +625,44 @@ def _without_shutdown(con, lp: Loop, eps: np.ndarray, joins: np.ndarray) -> np.n
     if len(later) and not (start > later[0, 0]).any():
         lp.end_ns = int(later[0, 0]) if lp.end_ns is None else min(lp.end_ns, int(later[0, 0]))
     return eps[keep]
+
+
+def _worker_lives(con, lp: Loop) -> tuple[np.ndarray, np.ndarray]:
+    """Each worker process's life (the producers' processes but the loop's):
+    its first thread's start (or -1: before the trace) to its last thread's
+    exit (or never), as (starts, ends)."""
+    if not lp.producers:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    life = con.execute(f"""
+        select coalesce(min(start_ns), -1) as s,
+               case when bool_or(exit_ns is null) then {np.iinfo(np.int64).max}
+                    else max(exit_ns) end as e
+        from threads where pid != {lp.pid} and pid in (select pid from threads
+              where tid in ({",".join(map(str, lp.producers))})) group by pid""").fetchnumpy()
+    return np.asarray(life["s"], dtype=np.int64), np.asarray(life["e"], dtype=np.int64)
+
+
+def _join_in_frame(con, lp: Loop, samples: tuple[np.ndarray, np.ndarray]) -> Optional[int]:
+    """Where the loop's last run of samples in its loader's frame began, where
+    worker processes exited during that run, none starting after it began:
+    that call to next() joined them (it ends the data) and was no step.
+    The kernel's view can hold no wait of it (Grain polling its queue with
+    timeouts while its 2 workers exited 127 and 284 ms into it, after the
+    loop's last step: the samples in the frame then took 0.29 s into the
+    window as a data wait)."""
+    ts, inside = samples
+    if lp.how != "worker-processes" or not inside.any():
+        return None
+    j = len(inside) - 1 - int(np.argmax(inside[::-1]))      # the last sample inside
+    i = j
+    while i > 0 and inside[i - 1]:
+        i -= 1
+    began = int((ts[i - 1] + ts[i]) // 2) if i > 0 else int(ts[i])
+    left = int(ts[j + 1]) if j + 1 < len(ts) else np.iinfo(np.int64).max
+    start, end = _worker_lives(con, lp)
+    if not len(start) or (start > began).any():
+        return None
+    return began if ((end > began) & (end <= left)).any() else None
 
 
 def _exit_wakes(tl: Timelines, lp: Loop, lo: int, hi: int) -> np.ndarray:
@@ -1173,12 +1203,12 @@ def _in_loader(con, tl: Timelines, lp: Loop, t0: int, t1: int, th: dict,
     lp.loader, lp.loader_why = loader_frame.find(con, lp.tid, lp.kernel_waits, th, override)
     if lp.loader:
         caller = loader_frame.loop_caller(con, lp.tid, lp.loader)
-        end = loader_frame.loop_end(con, caller)
-        if lp.end_ns is None or (end is not None and end < lp.end_ns):
-            lp.end_ns = end                 # (a shutdown at the end set it already)
+        samples = loader_frame.attempts(con, lp.tid, lp.loader)
+        for end in (loader_frame.loop_end(con, caller), _join_in_frame(con, lp, samples)):
+            if lp.end_ns is None or (end is not None and end < lp.end_ns):
+                lp.end_ns = end             # (a shutdown at the end set it already)
         if lp.end_ns is not None:       # after the loop: not data waits (shutdown joins)
             lp.kernel_waits = ivl.clip(lp.kernel_waits, t0, lp.end_ns)
-        samples = loader_frame.attempts(con, lp.tid, lp.loader)
         lp.kernel_waits = loader_frame.waits_in_frame(
             lp.kernel_waits, samples, loader_frame.in_loop(con, caller))
         c = tl.calls(lp.tid, t0, t1)
