@@ -66,7 +66,9 @@ def one_worker(tmp_path_factory, samples):
 def test_more_workers_then_the_cpus_limit(tmp_path, samples, one_worker):
     """One DataLoader worker, prep-bound (AU ~25%): 2 workers double the
     batches until the 2 CPUs are busy, and 4 add nothing: the prediction
-    must see the CPU limit (4 workers on 2 cores). Then both are run."""
+    must see the CPU limit (4 workers on 2 cores). Then both are run, three
+    times each: single runs of 4 workers on the 2 CPUs ran at 49.5-55.6% in
+    one day (the model said 50.6-54.7%), so the median is the ground truth."""
     import iotrace
     trace = iotrace.open_trace(one_worker[0])
     report = build_report(trace, Targets(), rules=False)
@@ -75,10 +77,14 @@ def test_more_workers_then_the_cpus_limit(tmp_path, samples, one_worker):
     assert base["measured_au"] == pytest.approx(own_au(one_worker[1]), abs=0.03)
     for n in (2, 4):
         p = predicted(report, trace.meta, f"workers={n}")
-        subprocess.run(loader(samples, tmp_path / f"own{n}.json", n), check=True,
-                       capture_output=True)
-        ran = own_au(tmp_path / f"own{n}.json")
-        print(f"{n} workers: predicted {p['predicted_au']:.1%} ({p['limited_by']}), ran {ran:.1%}")
+        runs = []
+        for k in range(3):
+            subprocess.run(loader(samples, tmp_path / f"own{n}-{k}.json", n), check=True,
+                           capture_output=True)
+            runs.append(own_au(tmp_path / f"own{n}-{k}.json"))
+        ran = statistics.median(runs)
+        print(f"{n} workers: predicted {p['predicted_au']:.1%} ({p['limited_by']}), ran "
+              f"{', '.join(f'{r:.1%}' for r in runs)}")
         assert p["predicted_au"] == pytest.approx(ran, abs=POINTS), (p, ran)
         if n == 4:
             assert p["limited_by"] == "CPU", p
