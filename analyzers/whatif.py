@@ -150,9 +150,13 @@ def spare_cpu(inp: dict) -> float:
     o = inp["other_cpu_s"]
     if not inp["cpus"] or o <= 0:
         return o
-    rest = inp["prep_cpu_s"] + inp["transfer_s"] + inp["loop_serial_s"] \
-        + inp["compute_cpu_s"] + inp["fetch_cpu_s"]
-    return min(o, max(inp["cpus"] * inp["step_s"] - rest, 0.0))
+    return min(o, max(inp["cpus"] * inp["step_s"] - pipeline_cpu(inp), 0.0))
+
+
+def pipeline_cpu(m: dict) -> float:
+    """The loop's and the producers' CPU time a step (r + x + s + c_cpu + f_cpu)."""
+    return m["prep_cpu_s"] + m["transfer_s"] + m["loop_serial_s"] + m["compute_cpu_s"] \
+        + m.get("fetch_cpu_s", 0.0)
 
 
 def active_producers(pipe: dict) -> list[dict]:
@@ -207,7 +211,7 @@ def _rates(m: dict) -> dict:
         out = {"the loop's compute": 1 / (c + s) if c + s > 0 else inf,
                "producers": (m["producers"] / ((f + r + x) * m.get("imbalance", 1.0)))
                if m["producers"] and f + r + x > 0 else inf}
-    cpu = r + x + s + m["compute_cpu_s"] + m.get("fetch_cpu_s", 0.0) + m.get("other_cpu_s", 0.0)
+    cpu = pipeline_cpu(m) + m.get("other_cpu_s", 0.0)
     if m["cpus"] and cpu > 0:
         out["CPU"] = m["cpus"] / cpu
     if m["storage_bytes_per_s"] and m["bytes_per_step"]:

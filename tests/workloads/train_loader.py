@@ -157,15 +157,26 @@ def thread_batches(files, args):
                for i in range(max(args.workers, 1))]
     for t in threads:
         t.start()
+    yield from batched(until_done(q, len(threads)), args.batch)
+
+
+def until_done(q, producers: int):
+    """The samples on q until each producer has put its None."""
     done = 0
-    batch = []
-    while done < len(threads):
+    while done < producers:
         s = q.get()
         if s is None:
             done += 1
-            continue
+        else:
+            yield s
+
+
+def batched(samples, size: int):
+    """Samples (tensors) stacked `size` at a time, the rest last."""
+    batch = []
+    for s in samples:
         batch.append(s)
-        if len(batch) == args.batch:
+        if len(batch) == size:
             yield torch.stack(batch)
             batch = []
     if batch:
@@ -181,15 +192,8 @@ POOL = []      # one pool for all epochs, made before the loop, as `with Pool(n)
 
 
 def pool_batches(files, args):
-    pool = POOL[0]
-    batch = []
-    for arr in pool.imap(pool_sample, [(f, args.prep) for f in files], chunksize=args.batch):
-        batch.append(torch.from_numpy(arr))
-        if len(batch) == args.batch:
-            yield torch.stack(batch)
-            batch = []
-    if batch:
-        yield torch.stack(batch)
+    arrays = POOL[0].imap(pool_sample, [(f, args.prep) for f in files], chunksize=args.batch)
+    yield from batched((torch.from_numpy(a) for a in arrays), args.batch)
 
 
 def procs_worker(k: int, files: list, prep_s: float, q, stagger: float) -> None:
@@ -208,18 +212,7 @@ def procs_batches(files, args):
              for k in range(n)]
     for p in procs:
         p.start()
-    done, batch = 0, []
-    while done < n:
-        s = q.get()
-        if s is None:
-            done += 1
-            continue
-        batch.append(torch.from_numpy(s))
-        if len(batch) == args.batch:
-            yield torch.stack(batch)
-            batch = []
-    if batch:
-        yield torch.stack(batch)
+    yield from batched((torch.from_numpy(s) for s in until_done(q, n)), args.batch)
     for p in procs:             # in the call that ends the data: one at a time
         p.join()
 
