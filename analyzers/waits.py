@@ -644,7 +644,8 @@ def _worker_lives(con, lp: Loop) -> tuple[np.ndarray, np.ndarray]:
 
 def _join_in_frame(con, lp: Loop, samples: tuple[np.ndarray, np.ndarray]) -> Optional[int]:
     """Where the loop's last run of samples in its loader's frame began, where
-    worker processes exited during that run, none starting after it began:
+    a worker process exited before the run's last sample, none starting
+    after it began:
     that call to next() joined them (it ends the data) and was no step.
     The kernel's view can hold no wait of it (Grain polling its queue with
     timeouts while its 2 workers exited 127 and 284 ms into it, after the
@@ -658,11 +659,15 @@ def _join_in_frame(con, lp: Loop, samples: tuple[np.ndarray, np.ndarray]) -> Opt
     while i > 0 and inside[i - 1]:
         i -= 1
     began = int((ts[i - 1] + ts[i]) // 2) if i > 0 else int(ts[i])
-    left = int(ts[j + 1]) if j + 1 < len(ts) else np.iinfo(np.int64).max
     start, end = _worker_lives(con, lp)
     if not len(start) or (start > began).any():
         return None
-    return began if ((end > began) & (end <= left)).any() else None
+    # a worker exited while the loop was still seen in the frame: an exit
+    # after its last sample there is the loader's close after the loop
+    # (multiprocessing.Pool's join: the run, three steps whose 10 ms of
+    # compute fell between samples, was once taken for a join and the
+    # window lost them)
+    return began if ((end > began) & (end <= int(ts[j]))).any() else None
 
 
 def _exit_wakes(tl: Timelines, lp: Loop, lo: int, hi: int) -> np.ndarray:

@@ -102,9 +102,11 @@ def test_shared_memory_freed_after_its_munmap(tmp_path):
     (task work, after the call's exit): each round has one file_release
     record, of that munmap (its op, its address), beginning at or after its
     return and ending where the program's own clock around the unmap ends
-    (within 0.5 ms or 5% of it: the return to Python, 1.3 ms of 35 under
-    emulation on 6.1), holding most of the time after the call's return; and
-    none was left untimed (glibc registers every thread's rseq area)."""
+    (the median round within 0.5 ms or 5% of it: the return to Python, 1.3 ms
+    of 35 under emulation on 6.1; each round within a quarter, as QEMU once
+    stalled that return 4.8 ms of a 43 ms round), holding most of the time
+    after the call's return; and none was left untimed (glibc registers every
+    thread's rseq area)."""
     import json
     from iotrace.abi import OP
     out = tmp_path / "release.json"
@@ -113,6 +115,7 @@ def test_shared_memory_freed_after_its_munmap(tmp_path):
     assert proc.returncode == 0, proc.stderr
     truth = json.loads(out.read_text())
     assert trace.meta["counters"]["releases_untimed"] == 0, trace.meta["counters"]
+    gaps, tooks = [], []
     for t in truth:
         munmap = rows(trace, """select ts_ns, dur_ns, arg from events where op = 'munmap'
                                 and ts_ns between ? and ? and req_bytes = ?""",
@@ -127,8 +130,12 @@ def test_shared_memory_freed_after_its_munmap(tmp_path):
         assert flags == OP["munmap"] and addr == munmap[0][2], (flags, addr, munmap)
         assert munmap[0][0] + munmap[0][1] <= ts, (munmap, ts)
         took = t["after_ns"] - t["before_ns"]
-        assert 0 <= t["after_ns"] - (ts + dur) < max(500_000, 0.05 * took), (t, ts, dur)
+        gaps.append(t["after_ns"] - (ts + dur))
+        tooks.append(took)
+        assert 0 <= gaps[-1] < max(500_000, 0.25 * took), (t, ts, dur)
         # most of the time from the call's return to the program's clock is the
         # release (not of the round: QEMU's emulation once stalled the thread 40 ms
         # before the release began, half a 76 ms round)
         assert dur > 0.5 * (t["after_ns"] - munmap[0][0] - munmap[0][1]), (t, munmap, ts, dur)
+    import statistics
+    assert statistics.median(gaps) < max(500_000, 0.05 * statistics.median(tooks)), (gaps, tooks)

@@ -110,3 +110,24 @@ def test_one_sample_a_thread_a_read(tmp_path):
     with_frames = set(frames.column("stack_id").to_pylist())
     assert set(samples.column("stack_id").to_pylist()) == with_frames == {0}
     assert info["duplicate_samples"] == 2
+
+
+def test_torn_frame_is_unknown_and_counted(tmp_path):
+    """A frame whose code object was freed or reused while py-spy read it
+    comes with a stray word for its line (140048884302112, a pointer, from a
+    Grain dataset-API job: the whole trace then failed to read). The frame is
+    unknown ('?'), the stack and its samples kept, and the frame counted as
+    torn_frames. The sampler's own line format."""
+    from iotrace.pystacks import parse
+    f = tmp_path / "stacks.txt"
+    f.write_text("F\t1\t_worker_loop\tworker.py\t\t10\n"
+                 "F\t2\tgarbage\tx.py\t\t140048884302112\n"
+                 "F\t3\tneg\ty.py\t\t-5\n"
+                 "S\t1000\t7\t7\t1\t1,2\t50\n"
+                 "S\t2000\t7\t7\t1\t3\t50\n"
+                 "Z\t5\t0\t0\t2\t0\t0\n")
+    samples, frames, info = parse(f)
+    assert samples.num_rows == 2 and info["samples"] == 2
+    got = sorted(zip(frames.column("function").to_pylist(), frames.column("line").to_pylist()))
+    assert got == [("?", 0), ("?", 0), ("_worker_loop", 10)], got
+    assert info["torn_frames"] == 2

@@ -150,7 +150,7 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
     cols: dict[str, list] = {k: [] for k in SAMPLES_SCHEMA.names}
     sampled: dict[str, str] = {}
     refused: dict[str, str] = {}
-    bad = dup = 0
+    bad = dup = torn = 0
     end = None
     last, last_key = None, None
     with open(path, "r", encoding="utf-8", errors="replace") as f:
@@ -194,7 +194,15 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
                     cols["stack_id"].append(-1)
                     cols["read_ns"].append(0)
                 elif kind == "F":
-                    frames[int(p[1])] = (p[2], p[4] if p[4] else p[3], int(p[5]))
+                    ln = int(p[5])
+                    if not 0 <= ln < 2**31:
+                        # a code object freed or reused while it was read: its
+                        # line a stray word (once a pointer), its name and
+                        # file no better; the frame is unknown, and counted
+                        torn += 1
+                        frames[int(p[1])] = ("?", "?", 0)
+                    else:
+                        frames[int(p[1])] = (p[2], p[4] if p[4] else p[3], ln)
                 elif kind == "P":
                     sampled[p[1]] = p[2]
                 elif kind == "N":
@@ -218,7 +226,7 @@ def parse(path: Path) -> tuple[pa.Table, pa.Table, dict]:
     info: dict = {"samples": sum(1 for x in cols["stack_id"] if x >= 0), "stacks": len(stacks),
                   "processes_sampled": {k: {"python": v} for k, v in sampled.items()},
                   "processes_not_sampled": refused, "unknown_lines": bad,
-                  "duplicate_samples": dup,
+                  "duplicate_samples": dup, "torn_frames": torn,
                   "complete": end is not None}
     if end:
         info.update(read_errors=end[1], late_ticks=end[2], ticks=end[3],
