@@ -65,6 +65,9 @@ KNOWN = [
     ("webdataset/pipeline.py", "iterator", "webdataset pipeline"),
     ("lightning/pytorch/loops/fetchers.py", "__next__", "Lightning data fetcher"),
     ("multiprocessing/pool.py", "IMapIterator.next", "multiprocessing.Pool.imap"),
+    # torchdata.nodes' Loader (its iterator a node: BaseNode.__next__, the
+    # name every node's next() has, would be a producer thread's too)
+    ("torchdata/nodes/loader.py", "LoaderIterator.next", "torchdata.nodes Loader"),
     # Ray Data's iter_batches, iter_torch_batches and iter_rows (a Ray Train
     # worker's dataset shard too): each the generator of a closure of this
     # name (DataIterator.iter_batches.<locals>._create_iterator in Ray 2.40,

@@ -29,6 +29,11 @@ user would run them, one traced run each:
   grain-dataset-api  grain-ahead in Grain's dataset API (MapDataset ...
                   to_iter_dataset().mp_prefetch(), 2 worker processes)
   grain-cold-20MB/s  2 workers, cold, the storage throttled to 20 MB/s
+  torchdata-threads  torchdata.nodes (PyTorch's composable loader): a
+                  ParallelMapper reading and decoding a file a sample in 2
+                  threads of the loop's process, Batcher, Prefetcher, Loader;
+                  20 ms steps of numpy work
+  torchdata-procs the same with the ParallelMapper's 2 worker processes
   ray-data        Ray Data: read_binary_files, a numpy decode in map_batches,
                   iter_batches(8) on Ray's 2 worker CPUs; 20 ms steps
   ray-data-ahead  the same without decode work, 50 ms sleeps as the steps
@@ -260,6 +265,18 @@ class Bench:
             return self.grain("--workers", "2", "--prep", "1", "--epochs", "1", prefix=prefix,
                               data=d)
 
+    def torchdata(self, *args):
+        need("torchdata")
+        d = self.data("torchdata", [PY, str(WORKLOADS / "torchdata_train.py"), "--make", "192"])
+        own, v = self.script("torchdata_train.py", d, "--prep", "8", *args)
+        return own, v["accelerator_utilization"], v
+
+    def torchdata_threads(self):
+        return self.torchdata()
+
+    def torchdata_procs(self):
+        return self.torchdata("--method", "process")
+
     def ray(self, *args):
         need("ray")
         d = self.data("ray", [PY, str(WORKLOADS / "ray_train.py"), "--make", "512"])
@@ -343,7 +360,8 @@ PIPELINES = {"tf-cnn": Bench.tf_cnn, "tf-sleep-50ms": Bench.tf_sleep_50ms,
              "s3-throttled": Bench.s3_throttled, "grain-w2": Bench.grain_w2,
              "grain-w0": Bench.grain_w0, "grain-ahead": Bench.grain_ahead,
              "grain-dataset-api": Bench.grain_dataset_api,
-             "grain-cold-20MB/s": Bench.grain_cold, "ray-data": Bench.ray_data,
+             "grain-cold-20MB/s": Bench.grain_cold, "torchdata-threads": Bench.torchdata_threads,
+             "torchdata-procs": Bench.torchdata_procs, "ray-data": Bench.ray_data,
              "ray-data-ahead": Bench.ray_ahead, "dlio-rt0": Bench.dlio_rt0,
              "dlio-no-compute": Bench.dlio_no_compute, "dlio-24MiB-batches": Bench.dlio_big_batches,
              "dlio-cold-0.2s": Bench.dlio_cold}

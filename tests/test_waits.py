@@ -205,7 +205,12 @@ def test_workers_joined_one_at_a_time(tmp_path, dataset):
     assert v["loops"][0]["how"] == "worker-processes", v["loops"]
     ours, theirs = v["time_budget_s"]["data_wait"], sum(truth["wait_s"])
     assert abs(ours - theirs) <= max(0.05 * theirs, 0.005 * truth["steps"]), (ours, theirs)
-    assert v["time_budget_s"]["window"] == pytest.approx(truth["loop_window_s"], abs=0.03), \
+    # its end where the loop's steps end (its start is the first next(), which
+    # forks the workers on the loop's CPU: 20-42 ms before the first wait
+    # iotrace places, in 6 runs)
+    end = (v["training_window"]["end_ns"] - truth["end_ns"]) / 1e6
+    assert abs(end) < 30, (end, v["time_budget_s"], truth["loop_window_s"])
+    assert v["time_budget_s"]["window"] == pytest.approx(truth["loop_window_s"], abs=0.06), \
         (v["time_budget_s"], truth["loop_window_s"])
 
 
