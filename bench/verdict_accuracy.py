@@ -34,6 +34,9 @@ user would run them, one traced run each:
                   threads of the loop's process, Batcher, Prefetcher, Loader;
                   20 ms steps of numpy work
   torchdata-procs the same with the ParallelMapper's 2 worker processes
+  wds-w0          WebDataset: tar shards of 32 samples streamed in order, a
+                  numpy decode a sample, batched; iterated by the loop itself
+  wds-w2          the same through WebLoader (a DataLoader), 2 workers
   ray-data        Ray Data: read_binary_files, a numpy decode in map_batches,
                   iter_batches(8) on Ray's 2 worker CPUs; 20 ms steps
   ray-data-ahead  the same without decode work, 50 ms sleeps as the steps
@@ -277,6 +280,18 @@ class Bench:
     def torchdata_procs(self):
         return self.torchdata("--method", "process")
 
+    def wds(self, *args):
+        need("webdataset")
+        d = self.data("wds", [PY, str(WORKLOADS / "wds_train.py"), "--make", "192"])
+        own, v = self.script("wds_train.py", d, *args)
+        return own, v["accelerator_utilization"], v
+
+    def wds_w0(self):
+        return self.wds()
+
+    def wds_w2(self):
+        return self.wds("--workers", "2")
+
     def ray(self, *args):
         need("ray")
         d = self.data("ray", [PY, str(WORKLOADS / "ray_train.py"), "--make", "512"])
@@ -361,7 +376,8 @@ PIPELINES = {"tf-cnn": Bench.tf_cnn, "tf-sleep-50ms": Bench.tf_sleep_50ms,
              "grain-w0": Bench.grain_w0, "grain-ahead": Bench.grain_ahead,
              "grain-dataset-api": Bench.grain_dataset_api,
              "grain-cold-20MB/s": Bench.grain_cold, "torchdata-threads": Bench.torchdata_threads,
-             "torchdata-procs": Bench.torchdata_procs, "ray-data": Bench.ray_data,
+             "torchdata-procs": Bench.torchdata_procs, "wds-w0": Bench.wds_w0,
+             "wds-w2": Bench.wds_w2, "ray-data": Bench.ray_data,
              "ray-data-ahead": Bench.ray_ahead, "dlio-rt0": Bench.dlio_rt0,
              "dlio-no-compute": Bench.dlio_no_compute, "dlio-24MiB-batches": Bench.dlio_big_batches,
              "dlio-cold-0.2s": Bench.dlio_cold}

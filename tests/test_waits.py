@@ -327,8 +327,11 @@ def test_releases_join_the_waits_they_follow():
     (file_release) in its waits, on made-up intervals (ms): the first release
     after a wait within 5 ms extends it; a later one before the next wait is a
     step whose batch was ready, a wait of its own; one that began inside the
-    next wait leaves the two apart; one before any wait, or the first after a
-    wait but later than 5 ms, stays compute."""
+    next wait leaves the two apart; the first after a wait but later than
+    5 ms is a wait of its own where another wait follows (the loop woken for
+    the GIL between: a DLIO run lost 24 of its 160), and compute after the
+    last wait (the last batch freed as the loop ends), as is one before any
+    wait."""
     import duckdb
     import numpy as np
     from iotrace.analyzers import waits
@@ -336,10 +339,10 @@ def test_releases_join_the_waits_they_follow():
     con.execute("create table events (tid int, op varchar, ts_ns bigint, dur_ns bigint)")
     ms = 1_000_000
     for a, b in [(-8, -6), (11, 15), (25, 27), (42, 43), (47, 55), (70, 72), (90, 95),
-                 (108, 110)]:
+                 (108, 110), (160, 162)]:
         con.execute("insert into events values (1, 'file_release', ?, ?)", [a * ms, (b - a) * ms])
     con.execute("insert into events values (2, 'file_release', ?, ?)", [16 * ms, ms])
-    core = np.array([[0, 10], [30, 40], [41, 45], [100, 101]], dtype=np.int64) * ms
+    core = np.array([[0, 10], [30, 40], [41, 45], [100, 101], [150, 151]], dtype=np.int64) * ms
     out = waits._with_releases(con, 1, core, -10 * ms, 200 * ms, 5 * ms) // ms
     assert out.tolist() == [[0, 15], [25, 27], [30, 40], [41, 55], [70, 72], [90, 95],
-                            [100, 101]]
+                            [100, 101], [108, 110], [150, 151]]
