@@ -450,11 +450,15 @@ def test_tf_data_model_fit(tmp_path, tfrecords, args):
     # wait (the shards are in the page cache): the decoder, which reads no
     # file and relays nothing, is prep (it was "other" 41%: tf.data's
     # threads handing work on through condition variables were taken for
-    # lock contention)
+    # lock contention). On 2 CPUs its decoder also waits for a CPU: runnable
+    # (cpu_starved) took the lead once, 52% to prep's 47%; the two are the
+    # decoder's CPU, and "other" is what must not come back
     if truth["au"] < 0.6:
         assert v["status"] == "io-bound", v["summary"]
         assert v["stall"]["fetch"] < 0.1, v["stall"]
-        assert max(v["stall"], key=v["stall"].get) == "prep", v["stall"]
+        assert max(v["stall"], key=v["stall"].get) in ("prep", "cpu_starved"), v["stall"]
+        assert v["stall"]["prep"] + v["stall"]["cpu_starved"] > 0.8, v["stall"]
+        assert v["stall"]["prep"] > 0.3, v["stall"]
     else:
         assert v["status"] == "not-io-bound", v["summary"]
     no_lock_contention(v)
