@@ -21,7 +21,6 @@ step's end; end_ns: that end on CLOCK_MONOTONIC), its thread id and pid.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -48,26 +47,13 @@ def make_decode(rounds: int):
 
     class Decode(grain.MapTransform):
         def map(self, raw: bytes) -> np.ndarray:
-            a = np.frombuffer(raw, np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
-            a = a / 255.0
-            for _ in range(rounds):
-                a = np.tanh(a @ a.T / 256.0)
-            return a
+            return timed_loop.decode(raw, rounds)
 
     return Decode()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data")
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--make", type=int, metavar="N")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--compute", type=float, default=0.02)
-    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
-    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a record")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap = timed_loop.arg_parser(__doc__)
     ap.add_argument("--api", choices=("loader", "dataset"), default="loader",
                     help="grain.DataLoader, or the dataset API (MapDataset ... "
                          "to_iter_dataset().mp_prefetch())")

@@ -20,7 +20,6 @@ CLOCK_MONOTONIC), its thread id and pid.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -30,28 +29,13 @@ import timed_loop
 
 def make_decode(rounds: int):
     def decode(batch: dict) -> dict:
-        out = []
-        for raw in batch["bytes"]:
-            a = np.frombuffer(raw, np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
-            a = a / 255.0
-            for _ in range(rounds):
-                a = np.tanh(a @ a.T / 256.0)
-            out.append(a)
-        return {"x": np.stack(out)}
+        return {"x": np.stack([timed_loop.decode(raw, rounds) for raw in batch["bytes"]])}
     return decode
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data")
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--make", type=int, metavar="N")
+    ap = timed_loop.arg_parser(__doc__, workers=None)
     ap.add_argument("--cpus", type=int, default=2, help="Ray's worker CPUs (ray.init num_cpus)")
-    ap.add_argument("--compute", type=float, default=0.02)
-    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
-    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a record")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--epochs", type=int, default=2)
     a = ap.parse_args()
     if a.make:
         timed_loop.make_samples(a.data, a.make)

@@ -6,12 +6,13 @@ CLOCK_MONOTONIC, the loop's window (the first next() to the last step's end;
 end_ns: that end on CLOCK_MONOTONIC), its thread id and pid."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
@@ -24,6 +25,35 @@ def make_samples(d: str, n: int) -> None:
     p.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         (p / f"sample_{i:05d}.bin").write_bytes(os.urandom(SAMPLE))
+
+
+def decode(raw: bytes, rounds: int) -> np.ndarray:
+    """A sample's decode, as the pipeline workloads do it: its first 256 KiB
+    as a 256x256 float32 image, then `rounds` of numpy work on it (a matrix
+    product and a tanh each)."""
+    a = np.frombuffer(raw, np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
+    a = a / 255.0
+    for _ in range(rounds):
+        a = np.tanh(a @ a.T / 256.0)
+    return a
+
+
+def arg_parser(doc: str, workers: Optional[int] = 2) -> argparse.ArgumentParser:
+    """The pipeline workloads' common arguments: DATA_DIR, OUT_JSON, --make N,
+    --workers (its default; None: no such argument), --compute,
+    --compute-kind, --prep, --batch and --epochs."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--make", type=int, metavar="N")
+    if workers is not None:
+        ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--compute", type=float, default=0.02)
+    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
+    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a sample")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=2)
+    return ap
 
 
 def busy(seconds: float, m: np.ndarray) -> None:

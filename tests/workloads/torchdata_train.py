@@ -20,7 +20,6 @@ its span on CLOCK_MONOTONIC, the loop's window, its thread id and pid.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +35,7 @@ class Decode:
 
     def __call__(self, i: int) -> np.ndarray:
         with open(self.paths[i], "rb") as f:
-            raw = f.read()
-        a = np.frombuffer(raw, np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
-        a = a / 255.0
-        for _ in range(self.rounds):
-            a = np.tanh(a @ a.T / 256.0)
-        return a
+            return timed_loop.decode(f.read(), self.rounds)
 
 
 def stack(batch: list[np.ndarray]) -> np.ndarray:
@@ -49,17 +43,8 @@ def stack(batch: list[np.ndarray]) -> np.ndarray:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data")
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--make", type=int, metavar="N")
-    ap.add_argument("--workers", type=int, default=2)
+    ap = timed_loop.arg_parser(__doc__)
     ap.add_argument("--method", choices=("thread", "process"), default="thread")
-    ap.add_argument("--compute", type=float, default=0.02)
-    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
-    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a record")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--prefetch", type=int, default=2, help="batches the Prefetcher holds")
     a = ap.parse_args()
     if a.make:

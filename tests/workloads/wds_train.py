@@ -19,7 +19,6 @@ CLOCK_MONOTONIC, the loop's window, its thread id and pid.
 """
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import tarfile
@@ -47,25 +46,12 @@ def make(d: str, n: int) -> None:
 
 def decoder(rounds: int):
     def decode(sample: dict) -> tuple[np.ndarray, int]:
-        a = np.frombuffer(sample["bin"], np.uint8).astype(np.float32).reshape(256, 1024)[:, :256]
-        a = a / 255.0
-        for _ in range(rounds):
-            a = np.tanh(a @ a.T / 256.0)
-        return a, int(sample["cls"])
+        return timed_loop.decode(sample["bin"], rounds), int(sample["cls"])
     return decode
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data")
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--make", type=int, metavar="N")
-    ap.add_argument("--workers", type=int, default=0)
-    ap.add_argument("--compute", type=float, default=0.02)
-    ap.add_argument("--compute-kind", choices=("busy", "sleep"), default="busy")
-    ap.add_argument("--prep", type=int, default=4, help="rounds of decode work a sample")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap = timed_loop.arg_parser(__doc__, workers=0)
     a = ap.parse_args()
     if a.make:
         make(a.data, a.make)
