@@ -1,8 +1,8 @@
 """A small training-like job: a data loader with worker processes reading
 .npz samples, a training loop, and a checkpoint written every few steps.
 
-    python examples/train_like.py --data DIR [--steps 120] [--workers 2]
-                                  [--ckpt-every 40] [--ckpt-mb 16] [--timing FILE]
+    python examples/train_like.py --data DIR [--steps 300] [--workers 2]
+                                  [--ckpt-every 100] [--ckpt-mb 16] [--timing FILE]
 
 The dataset is made on first use (not traced: run --prepare-only first)."""
 from __future__ import annotations
@@ -48,10 +48,12 @@ def checkpoint(path: str, step: int, mb: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--steps", type=int, default=120)
+    # 300 steps of 10 ms: a window of about 3.5 s, enough to judge (120, 1.4 s
+    # with two waits, were "too little to judge")
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--ckpt-every", type=int, default=40)
+    ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--ckpt-mb", type=int, default=16)
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--timing", metavar="FILE",
