@@ -381,27 +381,40 @@ def test_requests_in_flight_when_tracing_ends_are_kept(tmp_path):
                 dd.kill()
                 dd.wait()
         trace = iotrace.open_trace(out)
-        requests = rows(trace, """
+        # (a request of an earlier read may lack its completion too: the kernel
+        # does not always run the completion probe (bpf/block.bpf.c), and the
+        # request is recorded unfinished when its slot is reused: once in a
+        # clean clone's run, a 544 KiB request of the second of three reads)
+        last = scalar(trace, f"select max(ts_ns) from events where op = 'read' "
+                             f"and req_bytes = {MIB}")
+        requests = rows(trace, f"""
             select e.eflags & 512 != 0 as unfinished, count(*), sum(e.req_bytes),
                    count(*) filter (where e.dur_ns > 0), min(f.path), max(f.path)
             from events e left join files f using (file_id)
-            where e.op = 'block_rq' and e.flags & 255 = 0 group by 1 order by 1""")
+            where e.op = 'block_rq' and e.flags & 255 = 0
+              and (e.eflags & 512 = 0 or e.ts_ns >= {last}) group by 1 order by 1""")
+        missed, missed_bytes = rows(trace, f"""
+            select count(*), coalesce(sum(req_bytes), 0) from events
+            where op = 'block_rq' and flags & 255 = 0 and eflags & 512 != 0
+              and ts_ns < {last}""")[0]
+        print("completions not seen before the last read:", missed, missed_bytes)
         assert [r[0] for r in requests] == [False, True], requests
         (_, done, done_bytes, done_timed, *done_paths), (_, n, nbytes, timed, *paths) = requests
         assert 0 < nbytes <= MIB and timed == 0, requests
         assert paths == [str(data)] * 2 and done_paths == [str(data)] * 2, requests
-        assert done == done_timed and (done_bytes + nbytes) % MIB == 0, requests
+        assert done == done_timed and (done_bytes + nbytes + missed_bytes) % MIB == 0, requests
         # the last read: its requests were issued within a millisecond
-        last_read = scalar(trace, """
+        last_read = scalar(trace, f"""
             with b as (select ts_ns, req_bytes, eflags from events
                        where op = 'block_rq' and flags & 255 = 0)
             select sum(req_bytes) from b where ts_ns >= (
-                select min(ts_ns) - 1000000 from b where eflags & 512 != 0)""")
+                select min(ts_ns) - 1000000 from b where eflags & 512 != 0
+                and ts_ns >= {last})""")
         assert last_read == MIB, requests
-        assert trace.meta["counters"]["block_no_completion"] == n
+        assert trace.meta["counters"]["block_no_completion"] == n + missed
         # the device's bytes count both; its service times only the finished ones
         dev = max(summary(out)["devices"], key=lambda d: d["read_bytes"])
-        assert dev["read_bytes"] == done_bytes + nbytes, dev
+        assert dev["read_bytes"] == done_bytes + nbytes + missed_bytes, dev
         p50 = scalar(trace, """select median(dur_ns) / 1e6 from events
                               where op = 'block_rq' and eflags & 512 = 0""")
         assert dev["service_ms_p50"] == pytest.approx(p50) and p50 > 0, dev
