@@ -244,11 +244,17 @@ class Bench:
                 px.stop()
         return own_json(out), v["accelerator_utilization"], v
 
-    def grain(self, *args, prefix=(), data=None):
-        need("grain")
-        d = data or self.data("grain", [PY, str(WORKLOADS / "grain_train.py"), "--make", "256"])
-        own, v = self.script("grain_train.py", d, *args, prefix=prefix)
+    def pipeline(self, module: str, name: str, samples: int, *args, prefix=(), data=None):
+        """A workload NAME_train.py of the framework `module`, over its own
+        data set of `samples` samples (made once), traced: (own AU, iotrace's, verdict)."""
+        need(module)
+        script = f"{name}_train.py"
+        d = data or self.data(name, [PY, str(WORKLOADS / script), "--make", str(samples)])
+        own, v = self.script(script, d, *args, prefix=prefix)
         return own, v["accelerator_utilization"], v
+
+    def grain(self, *args, prefix=(), data=None):
+        return self.pipeline("grain", "grain", 256, *args, prefix=prefix, data=data)
 
     def grain_w2(self):
         return self.grain("--workers", "2")
@@ -269,10 +275,7 @@ class Bench:
                               data=d)
 
     def torchdata(self, *args):
-        need("torchdata")
-        d = self.data("torchdata", [PY, str(WORKLOADS / "torchdata_train.py"), "--make", "192"])
-        own, v = self.script("torchdata_train.py", d, "--prep", "8", *args)
-        return own, v["accelerator_utilization"], v
+        return self.pipeline("torchdata", "torchdata", 192, "--prep", "8", *args)
 
     def torchdata_threads(self):
         return self.torchdata()
@@ -281,10 +284,7 @@ class Bench:
         return self.torchdata("--method", "process")
 
     def wds(self, *args):
-        need("webdataset")
-        d = self.data("wds", [PY, str(WORKLOADS / "wds_train.py"), "--make", "192"])
-        own, v = self.script("wds_train.py", d, *args)
-        return own, v["accelerator_utilization"], v
+        return self.pipeline("webdataset", "wds", 192, *args)
 
     def wds_w0(self):
         return self.wds()
@@ -293,10 +293,7 @@ class Bench:
         return self.wds("--workers", "2")
 
     def ray(self, *args):
-        need("ray")
-        d = self.data("ray", [PY, str(WORKLOADS / "ray_train.py"), "--make", "512"])
-        own, v = self.script("ray_train.py", d, *args)
-        return own, v["accelerator_utilization"], v
+        return self.pipeline("ray", "ray", 512, *args)
 
     def ray_data(self):
         return self.ray()
